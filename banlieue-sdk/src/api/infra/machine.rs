@@ -1,0 +1,34 @@
+//! Pieces every infrastructure machine spec shares.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::api::common::DiskProvisioning;
+
+/// The rule that freezes `spec.providerID` once banlieue has set it.
+pub(crate) const PROVIDER_ID_IMMUTABLE: &str =
+    "!has(oldSelf.providerID) || (has(self.providerID) && self.providerID == oldSelf.providerID)";
+
+/// The message for [`PROVIDER_ID_IMMUTABLE`].
+pub(crate) const PROVIDER_ID_IMMUTABLE_MSG: &str = "spec.providerID is immutable once set";
+
+/// An additional disk of an infrastructure machine, on a backend storage target.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineDisk {
+    /// Disk name, unique in the list.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Size in GiB.
+    #[serde(rename = "sizeGiB")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub size_gib: u32,
+    /// Backend storage target (datastore, Proxmox storage, libvirt pool, directory).
+    /// Default: the OS disk's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub storage: Option<String>,
+    /// `thin` (default), `thick` or `eagerZeroed`.
+    #[serde(default)]
+    pub provisioning: DiskProvisioning,
+}

@@ -1,0 +1,23 @@
+//! The API of both groups as Rust types.
+//!
+//! - `banlieue.io/v1alpha1`: [`Provider`], [`VMClass`], [`VMImage`], [`VirtualMachine`].
+//! - `infrastructure.banlieue.io/v1alpha1`: see [`infra`].
+
+pub mod common;
+pub mod infra;
+pub mod provider;
+pub mod virtual_machine;
+pub mod vm_class;
+pub mod vm_image;
+
+pub use provider::{Provider, ProviderSpec, ProviderStatus};
+pub use virtual_machine::{VirtualMachine, VirtualMachineSpec, VirtualMachineStatus};
+pub use vm_class::{VMClass, VMClassSpec};
+pub use vm_image::{VMImage, VMImageSpec, VMImageStatus};
+
+/// The user-facing API group.
+pub const GROUP: &str = "banlieue.io";
+/// The Cluster API infrastructure group.
+pub const INFRA_GROUP: &str = "infrastructure.banlieue.io";
+/// The only version of both groups.
+pub const VERSION: &str = "v1alpha1";

@@ -1,0 +1,313 @@
+//! `VirtualMachine`: the one object a user writes, whatever the backend.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    BootstrapFormat, Condition, DiskProvisioning, Ipam, LabelSelector, LocalObjectReference,
+    PowerState, ProviderClass, TypedLocalObjectReference,
+};
+use super::infra::MachineAddress;
+
+/// Desired state of a VirtualMachine.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[kube(
+    group = "banlieue.io",
+    version = "v1alpha1",
+    kind = "VirtualMachine",
+    namespaced,
+    status = "VirtualMachineStatus",
+    derive = "PartialEq",
+    doc = "A VirtualMachine is a backend-agnostic virtual machine. banlieue schedules it onto a Provider, creates the backend's infrastructure object (VSphereMachine, ProxmoxMachine, LibvirtMachine or CloudHypervisorMachine), realises it on the hypervisor and mirrors its status here. Changing the placement moves it to another backend while this object stays.",
+    shortname = "bvm",
+    category = "banlieue",
+    printcolumn(name = "Class", type_ = "string", json_path = ".spec.classRef.name"),
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.imageRef.name"),
+    printcolumn(
+        name = "Provider",
+        type_ = "string",
+        json_path = ".status.placement.provider"
+    ),
+    printcolumn(
+        name = "FailureDomain",
+        type_ = "string",
+        json_path = ".status.placement.failureDomain",
+        priority = 1
+    ),
+    printcolumn(name = "Power", type_ = "string", json_path = ".status.powerState"),
+    printcolumn(
+        name = "IP",
+        type_ = "string",
+        json_path = ".status.addresses[?(@.type=='InternalIP')].address",
+        priority = 1
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Ready')].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineSpec {
+    /// The VMClass (hardware shape).
+    pub class_ref: LocalObjectReference,
+    /// The VMImage to boot.
+    pub image_ref: LocalObjectReference,
+    /// Where the machine may run. Empty: any ready Provider that has the image.
+    #[serde(default)]
+    pub placement: Placement,
+    /// `PoweredOn` (default), `PoweredOff`, or `Suspended` where the backend supports it.
+    #[serde(default)]
+    pub power_state: PowerState,
+    /// Bootstrap data for the guest (cloud-init or Ignition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<Bootstrap>,
+    /// Network interfaces, in order. Empty: one DHCP interface on the default network class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    #[schemars(length(max = 10))]
+    pub networks: Vec<NetworkInterface>,
+    /// Blank data disks besides the OS disk, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    #[schemars(length(max = 16))]
+    pub disks: Vec<DataDisk>,
+    /// What happens when the placement requires another Provider.
+    #[serde(default)]
+    pub migration: MigrationPolicy,
+}
+
+/// Placement of a VirtualMachine: an explicit Provider, or selectors.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.providerRef) && has(self.providerSelector))")
+    .message("placement: set either providerRef or providerSelector, not both"))]
+pub struct Placement {
+    /// An explicit Provider in the VirtualMachine's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_ref: Option<LocalObjectReference>,
+    /// Selects Providers by their labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_selector: Option<LabelSelector>,
+    /// Selects failure domains by their labels (from the Provider's status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domain_selector: Option<LabelSelector>,
+    /// Keep away from other VirtualMachines that match a selector.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    #[schemars(length(max = 8))]
+    pub anti_affinity: Vec<AntiAffinityTerm>,
+}
+
+/// Spread over a topology: no two matching machines share a value of `topologyKey`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AntiAffinityTerm {
+    /// Selects the other VirtualMachines (same namespace) to keep away from.
+    pub label_selector: LabelSelector,
+    /// A failure-domain label key, e.g. `topology.kubernetes.io/zone`, or
+    /// `banlieue.io/provider` and `banlieue.io/failure-domain`.
+    #[schemars(length(min = 1, max = 316))]
+    pub topology_key: String,
+    /// `Required` (default) refuses to schedule; `Preferred` only scores.
+    #[serde(default)]
+    pub mode: AffinityMode,
+}
+
+/// Hard or soft scheduling rule.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum AffinityMode {
+    /// Must hold.
+    #[default]
+    Required,
+    /// Best effort.
+    Preferred,
+}
+
+/// Bootstrap data from Secrets in the VirtualMachine's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.userData) || has(self.networkConfig)")
+    .message("bootstrap: set userData, networkConfig or both"))]
+#[x_kube(validation = Rule::new("self.format != 'ignition' || !has(self.networkConfig)")
+    .message("bootstrap.networkConfig is cloud-init only; Ignition carries its own network configuration"))]
+pub struct Bootstrap {
+    /// `cloud-config` (default) or `ignition`.
+    #[serde(default)]
+    pub format: BootstrapFormat,
+    /// User data (default key `value`, as in CAPI bootstrap Secrets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<super::common::KeySelector>,
+    /// cloud-init network config v2 (default key `network-config`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_config: Option<super::common::KeySelector>,
+}
+
+/// One network interface.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkInterface {
+    /// Interface name, unique in the list, e.g. `eth0`.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
+        .message("networks[].name must be a DNS label"))]
+    #[schemars(length(min = 1, max = 15))]
+    pub name: String,
+    /// A network class the Provider maps to a port group, bridge or network.
+    #[schemars(length(min = 1, max = 63))]
+    pub network_class: String,
+    /// How addresses are assigned (default DHCP).
+    #[serde(default)]
+    pub ipam: Ipam,
+    /// A fixed MAC address; generated when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$')")
+        .message("macAddress must look like 52:54:00:12:34:56"))]
+    #[schemars(length(max = 17))]
+    pub mac_address: Option<String>,
+    /// MTU; the network's default when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 576, max = 9216))]
+    pub mtu: Option<u32>,
+}
+
+/// A blank data disk.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataDisk {
+    /// Disk name, unique in the list.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Size in GiB.
+    #[serde(rename = "sizeGiB")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub size_gib: u32,
+    /// The Provider storage class to place it on. Default: the OS disk's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub storage_class: Option<String>,
+    /// `thin` (default), `thick` or `eagerZeroed`.
+    #[serde(default)]
+    pub provisioning: DiskProvisioning,
+}
+
+/// How a VirtualMachine moves when its placement requires another Provider.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationPolicy {
+    /// `Recreate` (default): a new machine from the image. `CopyDisk`: export the disk
+    /// and import it on the target, where both backends allow it.
+    #[serde(default)]
+    pub strategy: MigrationStrategy,
+    /// Power the old machine off before the new one starts (default true), so two
+    /// copies never run at once.
+    #[serde(default = "yes")]
+    pub stop_source_first: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for MigrationPolicy {
+    fn default() -> Self {
+        Self {
+            strategy: MigrationStrategy::default(),
+            stop_source_first: true,
+        }
+    }
+}
+
+/// Migration strategy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum MigrationStrategy {
+    /// Create the machine anew from the image on the target.
+    #[default]
+    Recreate,
+    /// Move the disks (`qemu-img convert` between formats).
+    CopyDisk,
+}
+
+/// Observed state of a VirtualMachine.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineStatus {
+    /// Lifecycle summary for humans; conditions carry the detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<VirtualMachinePhase>,
+    /// Where the machine is scheduled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<ScheduledPlacement>,
+    /// The infrastructure object realising this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure_ref: Option<TypedLocalObjectReference>,
+    /// The power state observed on the backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<PowerState>,
+    /// Addresses reported by the backend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    pub addresses: Vec<MachineAddress>,
+    /// The backend-unique machine ID, e.g. `vsphere://4203...`.
+    #[serde(
+        default,
+        rename = "providerID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub provider_id: Option<String>,
+    /// `Scheduled`, `InfrastructureReady`, `PowerState`, `Migrating` and `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Where a VirtualMachine is scheduled.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduledPlacement {
+    /// Provider name (same namespace).
+    pub provider: String,
+    /// The Provider's class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_class: Option<ProviderClass>,
+    /// The failure domain inside the Provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domain: Option<String>,
+    /// The failure domain's labels at scheduling time (for anti-affinity).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topology: BTreeMap<String, String>,
+    /// When the placement was decided; unchanged while it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_at: Option<Time>,
+}
+
+/// Lifecycle phase of a VirtualMachine.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum VirtualMachinePhase {
+    /// Waiting to be scheduled.
+    Pending,
+    /// Scheduled; the backend machine is being created.
+    Provisioning,
+    /// Powered on.
+    Running,
+    /// Powered off or suspended.
+    Stopped,
+    /// Moving to another Provider.
+    Migrating,
+    /// Being deleted.
+    Deleting,
+    /// A terminal error; see conditions.
+    Failed,
+}

@@ -1,0 +1,72 @@
+//! `VMClass`: a named hardware shape, like a StorageClass for machines.
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{DiskProvisioning, Firmware};
+
+/// A hardware shape VirtualMachines refer to by name.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[kube(
+    group = "banlieue.io",
+    version = "v1alpha1",
+    kind = "VMClass",
+    plural = "vmclasses",
+    derive = "PartialEq",
+    doc = "A VMClass is a named, cluster-wide hardware shape (CPUs, memory, firmware, OS disk, required features) that VirtualMachines refer to, so that the same manifest fits every backend.",
+    shortname = "bvmclass",
+    category = "banlieue",
+    printcolumn(name = "CPUs", type_ = "integer", json_path = ".spec.cpus"),
+    printcolumn(name = "MemoryMiB", type_ = "integer", json_path = ".spec.memoryMiB"),
+    printcolumn(name = "Firmware", type_ = "string", json_path = ".spec.firmware"),
+    printcolumn(name = "DiskGiB", type_ = "integer", json_path = ".spec.disk.sizeGiB"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.coresPerSocket) || self.cpus % self.coresPerSocket == 0")
+    .message("cpus must be a multiple of coresPerSocket"))]
+pub struct VMClassSpec {
+    /// Number of virtual CPUs.
+    #[schemars(range(min = 1, max = 768))]
+    pub cpus: u32,
+    /// Cores per virtual socket; `cpus` must be a multiple of it. Default: one socket per CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 128))]
+    pub cores_per_socket: Option<u32>,
+    /// Memory in MiB (at least 128).
+    #[serde(rename = "memoryMiB")]
+    #[schemars(range(min = 128, max = 25165824))]
+    pub memory_mib: u64,
+    /// Boot firmware: `bios`, `efi` (default) or `efi-secure`.
+    #[serde(default)]
+    pub firmware: Firmware,
+    /// The OS disk. It is cloned from the image and grown to this size if smaller.
+    pub disk: OsDisk,
+    /// Provider features a failure domain must offer, e.g. `nestedVirtualization`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 63)))]
+    pub required_features: Vec<String>,
+}
+
+/// The OS disk of a VMClass.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OsDisk {
+    /// Size in GiB; a floor: the disk is never made smaller than the image.
+    #[serde(rename = "sizeGiB")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub size_gib: u32,
+    /// `thin` (default), `thick` or `eagerZeroed`.
+    #[serde(default)]
+    pub provisioning: DiskProvisioning,
+    /// The Provider storage class to place it on. Default: the failure domain's first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub storage_class: Option<String>,
+}

@@ -1,0 +1,25 @@
+//! Command-line surface. Each subcommand lives in its own module.
+
+mod completion;
+mod crds;
+
+use clap::{Parser, Subcommand};
+
+/// banlieue: one VirtualMachine API for vSphere, Proxmox VE, libvirt and Cloud
+/// Hypervisor, and a Cluster API infrastructure provider.
+#[derive(Parser, Debug)]
+#[command(name = "banlieue", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print every CustomResourceDefinition (or write one file per CRD).
+    Crds(crds::CrdsCommand),
+    /// Print a shell completion script.
+    Completion(completion::CompletionCommand),
+}
