@@ -1,4 +1,33 @@
-//! banlieue's SDK.
+//! banlieue's SDK: the API of both groups as Rust types, and their CRDs.
+//!
+//! - [`api`]: `banlieue.io/v1alpha1` ([`api::Provider`], [`api::VMClass`],
+//!   [`api::VMImage`], [`api::VirtualMachine`]) and `infrastructure.banlieue.io/v1alpha1`
+//!   (the Cluster API InfraMachine and InfraCluster kinds of every backend and their
+//!   templates, in [`api::infra`]).
+//! - [`crds`]: every CustomResourceDefinition, as objects or YAML.
+//!
+//! The validation that the CRD schemas carry (enums, bounds, CEL rules for
+//! cross-field invariants and immutable fields) is declared next to each field, so
+//! the apiserver rejects invalid objects at admission with the message written here.
+//!
+//! # Versions
+//! Built on kube 5 and k8s-openapi 0.29. Like every library on k8s-openapi, this
+//! crate selects no Kubernetes version feature: the final binary does
+//! (`k8s-openapi = { version = "0.29", features = ["v1_33"] }`; banlieue supports
+//! management clusters from Kubernetes 1.33). The types' schemas use CEL
+//! `isCIDR`/`isIP`, available from Kubernetes 1.31.
+//!
+//! ```
+//! use banlieue_sdk::api::{VirtualMachine, VirtualMachineSpec, common::LocalObjectReference};
+//!
+//! let spec: VirtualMachineSpec = serde_json::from_value(serde_json::json!({
+//!     "classRef": {"name": "small"},
+//!     "imageRef": {"name": "ubuntu-2404"},
+//! })).unwrap();
+//! let vm = VirtualMachine::new("hello", spec);
+//! assert_eq!(vm.spec.class_ref, LocalObjectReference::new("small"));
+//! assert_eq!(banlieue_sdk::crds::all().len(), 20);
+//! ```
 #![warn(missing_docs)]
 
 pub mod api;

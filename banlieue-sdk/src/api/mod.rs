@@ -3,6 +3,10 @@
 //! - `banlieue.io/v1alpha1`: [`Provider`], [`VMClass`], [`VMImage`], [`VirtualMachine`].
 //! - `infrastructure.banlieue.io/v1alpha1`: see [`infra`].
 
+// Clippy reads several `printcolumn(type_ = "string", ...)` in one `#[kube(...)]` as
+// duplicated attributes; they are distinct columns.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod common;
 pub mod infra;
 pub mod provider;
