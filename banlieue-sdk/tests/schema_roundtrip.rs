@@ -3,7 +3,9 @@
 //! round trip unchanged, and serialize back into something the schema describes
 //! (no field the schema lacks, no enum value it does not list).
 
-use banlieue_sdk::api::infra::{cloud_hypervisor as ch, libvirt as lv, proxmox as px, vsphere as vs};
+use banlieue_sdk::api::infra::{
+    cloud_hypervisor as ch, libvirt as lv, proxmox as px, vsphere as vs,
+};
 use banlieue_sdk::api::{Provider, VMClass, VMImage, VirtualMachine};
 use kube::{CustomResourceExt, Resource};
 use proptest::prelude::*;
@@ -18,22 +20,47 @@ fn value_for(schema: &Value, depth: usize) -> BoxedStrategy<Value> {
         return proptest::sample::select(options.clone()).boxed();
     }
     if schema.get("x-kubernetes-int-or-string") == Some(&json!(true)) {
-        return prop_oneof![Just(json!("1")), Just(json!("500m")), Just(json!("4Gi")), Just(json!("20"))].boxed();
+        return prop_oneof![
+            Just(json!("1")),
+            Just(json!("500m")),
+            Just(json!("4Gi")),
+            Just(json!("20"))
+        ]
+        .boxed();
     }
     match schema.get("type").and_then(Value::as_str) {
         Some("object") => object_for(schema, depth),
         Some("array") => {
-            let items = schema.get("items").cloned().unwrap_or(json!({"type": "string"}));
+            let items = schema
+                .get("items")
+                .cloned()
+                .unwrap_or(json!({"type": "string"}));
             let min = schema.get("minItems").and_then(Value::as_u64).unwrap_or(0) as usize;
-            let max = schema.get("maxItems").and_then(Value::as_u64).map_or(3, |m| (m as usize).min(3)).max(min);
+            let max = schema
+                .get("maxItems")
+                .and_then(Value::as_u64)
+                .map_or(3, |m| (m as usize).min(3))
+                .max(min);
             let max = if depth >= MAX_DEPTH { min } else { max };
-            proptest::collection::vec(value_for(&items, depth + 1), min..=max).prop_map(Value::Array).boxed()
+            proptest::collection::vec(value_for(&items, depth + 1), min..=max)
+                .prop_map(Value::Array)
+                .boxed()
         }
         Some("string") => string_for(schema),
         Some("integer") => {
-            let min = schema.get("minimum").and_then(Value::as_f64).unwrap_or(-1_000.0) as i64;
-            let max = schema.get("maximum").and_then(Value::as_f64).unwrap_or(1_000_000.0) as i64;
-            let min = if schema.get("format").and_then(Value::as_str).is_some_and(|f| f.starts_with('u')) {
+            let min = schema
+                .get("minimum")
+                .and_then(Value::as_f64)
+                .unwrap_or(-1_000.0) as i64;
+            let max = schema
+                .get("maximum")
+                .and_then(Value::as_f64)
+                .unwrap_or(1_000_000.0) as i64;
+            let min = if schema
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| f.starts_with('u'))
+            {
                 min.max(0)
             } else {
                 min
@@ -48,10 +75,18 @@ fn value_for(schema: &Value, depth: usize) -> BoxedStrategy<Value> {
 
 fn string_for(schema: &Value) -> BoxedStrategy<Value> {
     match schema.get("format").and_then(Value::as_str) {
-        Some("date-time") => prop_oneof![Just(json!("2026-11-29T17:22:07Z")), Just(json!("1999-01-01T00:00:00Z"))].boxed(),
+        Some("date-time") => prop_oneof![
+            Just(json!("2026-11-29T17:22:07Z")),
+            Just(json!("1999-01-01T00:00:00Z"))
+        ]
+        .boxed(),
         _ => {
             let min = schema.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
-            let max = schema.get("maxLength").and_then(Value::as_u64).map_or(12, |m| (m as usize).min(12)).max(min);
+            let max = schema
+                .get("maxLength")
+                .and_then(Value::as_u64)
+                .map_or(12, |m| (m as usize).min(12))
+                .max(min);
             proptest::string::string_regex(&format!("[a-z0-9./:-]{{{min},{max}}}"))
                 .expect("regex")
                 .prop_map(Value::String)
@@ -74,7 +109,8 @@ fn object_for(schema: &Value, depth: usize) -> BoxedStrategy<Value> {
             if required.contains(&name.as_str()) {
                 fields.push(value.prop_map(move |v| Some((name.clone(), v))).boxed());
             } else if depth < MAX_DEPTH {
-                fields.push(proptest::option::of(value.prop_map(move |v| (name.clone(), v))).boxed());
+                fields
+                    .push(proptest::option::of(value.prop_map(move |v| (name.clone(), v))).boxed());
             }
         }
         return fields
@@ -83,9 +119,13 @@ fn object_for(schema: &Value, depth: usize) -> BoxedStrategy<Value> {
     }
     if let Some(values) = schema.get("additionalProperties").filter(|v| v.is_object()) {
         let values = values.clone();
-        return proptest::collection::btree_map("[a-z][a-z0-9.-]{0,8}", value_for(&values, depth + 1), 0..3)
-            .prop_map(|m| Value::Object(m.into_iter().collect()))
-            .boxed();
+        return proptest::collection::btree_map(
+            "[a-z][a-z0-9.-]{0,8}",
+            value_for(&values, depth + 1),
+            0..3,
+        )
+        .prop_map(|m| Value::Object(m.into_iter().collect()))
+        .boxed();
     }
     Just(json!({})).boxed()
 }
@@ -95,7 +135,9 @@ fn conforms(value: &Value, schema: &Value, path: &str) -> Result<(), String> {
     if let Some(options) = schema.get("enum").and_then(Value::as_array)
         && !options.contains(value)
     {
-        return Err(format!("{path}: {value} is not in the schema's enum {options:?}"));
+        return Err(format!(
+            "{path}: {value} is not in the schema's enum {options:?}"
+        ));
     }
     match value {
         Value::Object(map) => {
@@ -109,7 +151,11 @@ fn conforms(value: &Value, schema: &Value, path: &str) -> Result<(), String> {
                         conforms(child, additional, &format!("{path}.{key}"))?
                     }
                     _ if preserve || (properties.is_none() && additional.is_none()) => {}
-                    _ => return Err(format!("{path}.{key}: the type writes a field the schema lacks")),
+                    _ => {
+                        return Err(format!(
+                            "{path}.{key}: the type writes a field the schema lacks"
+                        ));
+                    }
                 }
             }
             Ok(())
@@ -136,7 +182,10 @@ where
 {
     let schema = schema_of::<K>();
     let mut without_metadata = schema.clone();
-    without_metadata["properties"].as_object_mut().expect("properties").remove("metadata");
+    without_metadata["properties"]
+        .as_object_mut()
+        .expect("properties")
+        .remove("metadata");
     value_for(&without_metadata, 0).prop_map(|mut object| {
         object["apiVersion"] = json!(K::api_version(&()));
         object["kind"] = json!(K::kind(&()));
@@ -147,10 +196,19 @@ where
 
 fn round_trips<K>(object: Value) -> Result<(), TestCaseError>
 where
-    K: CustomResourceExt + Resource<DynamicType = ()> + Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+    K: CustomResourceExt
+        + Resource<DynamicType = ()>
+        + Serialize
+        + DeserializeOwned
+        + PartialEq
+        + std::fmt::Debug,
 {
-    let typed: K = serde_json::from_value(object.clone())
-        .map_err(|e| TestCaseError::fail(format!("schema-valid {} does not deserialize: {e}\n{object:#}", K::kind(&()))))?;
+    let typed: K = serde_json::from_value(object.clone()).map_err(|e| {
+        TestCaseError::fail(format!(
+            "schema-valid {} does not deserialize: {e}\n{object:#}",
+            K::kind(&())
+        ))
+    })?;
     let json = serde_json::to_value(&typed).expect("serialize");
     let again: K = serde_json::from_value(json.clone()).expect("deserialize what we serialized");
     prop_assert_eq!(&typed, &again);

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{self, Scope};
 use serde_json::Value;
@@ -49,6 +49,35 @@ pub fn gvk_of(object: &Value) -> GroupVersionKind {
     GroupVersionKind::gvk(group, version, kind)
 }
 
+/// Where `object` lives: its resource, and its namespace when its kind is namespaced.
+async fn locate<'a>(
+    client: &kube::Client,
+    namespace: &'a str,
+    object: &Value,
+) -> Result<(ApiResource, Option<&'a str>), kube::Error> {
+    let (resource, capabilities) = discovery::pinned_kind(client, &gvk_of(object)).await?;
+    let namespace = match capabilities.scope {
+        Scope::Namespaced => Some(namespace),
+        Scope::Cluster => None,
+    };
+    Ok((resource, namespace))
+}
+
+fn api_for(
+    client: &kube::Client,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    match namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
+}
+
+fn name_of(object: &Value) -> &str {
+    object["metadata"]["name"].as_str().expect("metadata.name")
+}
+
 /// Server-side applies `object` (namespaced kinds into `namespace`), as
 /// [`FIELD_MANAGER`], forcing conflicts, with strict field validation (as kubectl does:
 /// unknown fields are errors, not silently pruned).
@@ -57,14 +86,21 @@ pub async fn apply(
     namespace: &str,
     object: &Value,
 ) -> Result<DynamicObject, kube::Error> {
-    let gvk = gvk_of(object);
-    let (resource, capabilities) = discovery::pinned_kind(client, &gvk).await?;
-    let api: Api<DynamicObject> = match capabilities.scope {
-        Scope::Namespaced => Api::namespaced_with(client.clone(), namespace, &resource),
-        Scope::Cluster => Api::all_with(client.clone(), &resource),
-    };
-    let name = object["metadata"]["name"].as_str().expect("metadata.name");
-    api.patch(name, &strict_apply(), &Patch::Apply(object))
+    let (resource, namespace) = locate(client, namespace, object).await?;
+    let api = api_for(client, &resource, namespace);
+    api.patch(name_of(object), &strict_apply(), &Patch::Apply(object))
+        .await
+}
+
+/// Server-side applies the `status` of `object` onto its status subresource.
+pub async fn apply_status(
+    client: &kube::Client,
+    namespace: &str,
+    object: &Value,
+) -> Result<DynamicObject, kube::Error> {
+    let (resource, namespace) = locate(client, namespace, object).await?;
+    let api = api_for(client, &resource, namespace);
+    api.patch_status(name_of(object), &strict_apply(), &Patch::Apply(object))
         .await
 }
 
@@ -74,12 +110,7 @@ pub async fn post(
     namespace: &str,
     object: &Value,
 ) -> Result<DynamicObject, kube::Error> {
-    let gvk = gvk_of(object);
-    let (resource, capabilities) = discovery::pinned_kind(client, &gvk).await?;
-    let namespace = match capabilities.scope {
-        Scope::Namespaced => Some(namespace),
-        Scope::Cluster => None,
-    };
+    let (resource, namespace) = locate(client, namespace, object).await?;
     // kube's PostParams cannot ask for strict field validation, so build the request.
     let path = format!(
         "{}?fieldValidation=Strict&fieldManager={FIELD_MANAGER}",
@@ -91,20 +122,6 @@ pub async fn post(
         .body(body)
         .expect("request");
     client.request(request).await
-}
-
-/// Server-side applies `status` onto the status subresource of the object named in it.
-pub async fn apply_status(
-    client: &kube::Client,
-    namespace: &str,
-    object: &Value,
-) -> Result<DynamicObject, kube::Error> {
-    let gvk = gvk_of(object);
-    let (resource, _) = discovery::pinned_kind(client, &gvk).await?;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-    let name = object["metadata"]["name"].as_str().expect("metadata.name");
-    api.patch_status(name, &strict_apply(), &Patch::Apply(object))
-        .await
 }
 
 fn strict_apply() -> PatchParams {

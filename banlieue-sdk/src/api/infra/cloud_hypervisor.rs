@@ -1,118 +1,75 @@
 //! Cloud Hypervisor: `CloudHypervisorMachine`, `CloudHypervisorMachineTemplate`,
 //! `CloudHypervisorCluster`, `CloudHypervisorClusterTemplate`.
 
-use kube::{CustomResource, KubeSchema};
+use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use super::kinds::infra_kinds;
-use super::machine::{MachineDisk, PROVIDER_ID_IMMUTABLE, PROVIDER_ID_IMMUTABLE_MSG};
-use super::{BootstrapDataRef, MachineStatus};
+use super::BootstrapDataRef;
+use super::kinds::{infra_kinds, infra_machine};
+use super::machine::MachineDisk;
 use crate::api::common::{Ipam, LocalObjectReference, PowerState};
 use crate::api::vm_image::CloudHypervisorImageSource;
 
-/// Desired state of a CloudHypervisorMachine.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
-#[kube(
-    group = "infrastructure.banlieue.io",
-    version = "v1alpha1",
-    kind = "CloudHypervisorMachine",
-    namespaced,
-    status = "MachineStatus",
-    derive = "PartialEq",
-    doc = "A CloudHypervisorMachine is one Cloud Hypervisor VMM process on a host, booted from a kernel or firmware with its own copy of the image disk. It is the Cluster API InfraMachine for Cloud Hypervisor and the backend object banlieue creates for VirtualMachines scheduled onto a cloud-hypervisor Provider.",
-    shortname = "bchm",
-    category = "banlieue",
-    category = "cluster-api",
-    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
-    printcolumn(
-        name = "Provider",
-        type_ = "string",
-        json_path = ".spec.providerRef.name"
-    ),
-    printcolumn(
-        name = "FailureDomain",
-        type_ = "string",
-        json_path = ".status.failureDomain"
-    ),
-    printcolumn(
-        name = "Provisioned",
-        type_ = "boolean",
-        json_path = ".status.initialization.provisioned"
-    ),
-    printcolumn(
-        name = "ProviderID",
-        type_ = "string",
-        json_path = ".spec.providerID",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type=='Ready')].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new(PROVIDER_ID_IMMUTABLE).message(PROVIDER_ID_IMMUTABLE_MSG))]
-#[x_kube(validation = Rule::new("!has(self.maxCPUs) || self.maxCPUs >= self.cpus")
-    .message("maxCPUs must be at least cpus"))]
-pub struct CloudHypervisorMachineSpec {
-    /// The cloud-hypervisor Provider (same namespace). For CAPI machines it may be
-    /// left empty: banlieue then finds it from the failure domain CAPI assigned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider_ref: Option<LocalObjectReference>,
-    /// `cloud-hypervisor://<uuid>`, set by banlieue once the VMM runs and offered to
-    /// the guest as its instance ID.
-    #[serde(
-        default,
-        rename = "providerID",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[x_kube(validation = Rule::new("self.startsWith('cloud-hypervisor://')")
-        .message("spec.providerID must start with cloud-hypervisor://"))]
-    #[schemars(length(min = 1, max = 512))]
-    pub provider_id: Option<String>,
-    /// Kernel or firmware, and the disk image to copy.
-    pub image: CloudHypervisorImageSource,
-    /// Boot vCPUs.
-    #[schemars(range(min = 1, max = 254))]
-    pub cpus: u32,
-    /// Maximum vCPUs for hot-plug. Default: `cpus`.
-    #[serde(default, rename = "maxCPUs", skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 254))]
-    pub max_cpus: Option<u32>,
-    /// Memory in MiB.
-    #[serde(rename = "memoryMiB")]
-    #[schemars(range(min = 128, max = 25165824))]
-    pub memory_mib: u64,
-    /// Back guest memory with huge pages.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub hugepages: bool,
-    /// OS disk size in GiB; grown from the image's if larger.
-    #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65536))]
-    pub disk_gib: Option<u32>,
-    /// Additional disks (files under the storage directory named by `storage`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
-    #[schemars(length(max = 16))]
-    pub additional_disks: Vec<MachineDisk>,
-    /// Network interfaces (tap devices), in order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(merge_strategy = ListMerge::Atomic)]
-    #[schemars(length(max = 8))]
-    pub network: Vec<CloudHypervisorNetworkInterface>,
-    /// Desired power state (CAPI machines are always `PoweredOn`). `Suspended` maps to
-    /// Cloud Hypervisor's pause.
-    #[serde(default)]
-    pub power_state: PowerState,
-    /// Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap: Option<BootstrapDataRef>,
+infra_machine! {
+    kind: "CloudHypervisorMachine", short: "bchm",
+    doc: "A CloudHypervisorMachine is one Cloud Hypervisor VMM process on a host, booted from a kernel or firmware with its own copy of the image disk. It is the Cluster API InfraMachine for Cloud Hypervisor and the backend object banlieue creates for VirtualMachines scheduled onto a cloud-hypervisor Provider.",
+    /// Desired state of a CloudHypervisorMachine.
+    #[x_kube(validation = Rule::new("!has(self.maxCPUs) || self.maxCPUs >= self.cpus")
+        .message("maxCPUs must be at least cpus"))]
+    pub struct CloudHypervisorMachineSpec {
+        /// The cloud-hypervisor Provider (same namespace). For CAPI machines it may be
+        /// left empty: banlieue then finds it from the failure domain CAPI assigned.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub provider_ref: Option<LocalObjectReference>,
+        /// `cloud-hypervisor://<uuid>`, set by banlieue once the VMM runs and offered to
+        /// the guest as its instance ID.
+        #[serde(
+            default,
+            rename = "providerID",
+            skip_serializing_if = "Option::is_none"
+        )]
+        #[x_kube(validation = Rule::new("self.startsWith('cloud-hypervisor://')")
+            .message("spec.providerID must start with cloud-hypervisor://"))]
+        #[schemars(length(min = 1, max = 512))]
+        pub provider_id: Option<String>,
+        /// Kernel or firmware, and the disk image to copy.
+        pub image: CloudHypervisorImageSource,
+        /// Boot vCPUs.
+        #[schemars(range(min = 1, max = 254))]
+        pub cpus: u32,
+        /// Maximum vCPUs for hot-plug. Default: `cpus`.
+        #[serde(default, rename = "maxCPUs", skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 254))]
+        pub max_cpus: Option<u32>,
+        /// Memory in MiB.
+        #[serde(rename = "memoryMiB")]
+        #[schemars(range(min = 128, max = 25165824))]
+        pub memory_mib: u64,
+        /// Back guest memory with huge pages.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub hugepages: bool,
+        /// OS disk size in GiB; grown from the image's if larger.
+        #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 65536))]
+        pub disk_gib: Option<u32>,
+        /// Additional disks (files under the storage directory named by `storage`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+        #[schemars(length(max = 16))]
+        pub additional_disks: Vec<MachineDisk>,
+        /// Network interfaces (tap devices), in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[x_kube(merge_strategy = ListMerge::Atomic)]
+        #[schemars(length(max = 8))]
+        pub network: Vec<CloudHypervisorNetworkInterface>,
+        /// Desired power state (CAPI machines are always `PoweredOn`). `Suspended` maps to
+        /// Cloud Hypervisor's pause.
+        #[serde(default)]
+        pub power_state: PowerState,
+        /// Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub bootstrap: Option<BootstrapDataRef>,
+    }
 }
 
 /// One Cloud Hypervisor network interface: a tap device, optionally enslaved to a bridge.

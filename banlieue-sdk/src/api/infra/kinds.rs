@@ -6,6 +6,45 @@
 /// changes by pointing at a new template, never by editing one.
 pub(crate) const TEMPLATE_IMMUTABLE: &str = "self == oldSelf";
 
+/// Declares a `<Backend>Machine` kind around its spec struct: the CAPI contract's
+/// group, label, categories, printer columns, shared status and the rule that freezes
+/// `spec.providerID` once set are the same for every backend.
+macro_rules! infra_machine {
+    (
+        kind: $kind:tt, short: $short:tt, doc: $doc:tt,
+        $(#[$meta:meta])*
+        pub struct $name:ident { $($body:tt)* }
+    ) => {
+        #[derive(kube::CustomResource, serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, kube::KubeSchema)]
+        #[kube(
+            group = "infrastructure.banlieue.io",
+            version = "v1alpha1",
+            kind = $kind,
+            namespaced,
+            status = "crate::api::infra::MachineStatus",
+            derive = "PartialEq",
+            doc = $doc,
+            shortname = $short,
+            category = "banlieue",
+            category = "cluster-api",
+            label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+            printcolumn(name = "Provider", type_ = "string", json_path = ".spec.providerRef.name"),
+            printcolumn(name = "FailureDomain", type_ = "string", json_path = ".status.failureDomain"),
+            printcolumn(name = "Provisioned", type_ = "boolean", json_path = ".status.initialization.provisioned"),
+            printcolumn(name = "ProviderID", type_ = "string", json_path = ".spec.providerID", priority = 1),
+            printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type=='Ready')].status"),
+            printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+        )]
+        #[serde(rename_all = "camelCase")]
+        #[x_kube(validation = Rule::new(crate::api::infra::machine::PROVIDER_ID_IMMUTABLE)
+            .message(crate::api::infra::machine::PROVIDER_ID_IMMUTABLE_MSG))]
+        $(#[$meta])*
+        pub struct $name { $($body)* }
+    };
+}
+
+pub(crate) use infra_machine;
+
 /// Declares `<Backend>MachineTemplate`, `<Backend>Cluster` and `<Backend>ClusterTemplate`.
 macro_rules! infra_kinds {
     (

@@ -1,120 +1,77 @@
 //! libvirt: `LibvirtMachine`, `LibvirtMachineTemplate`, `LibvirtCluster`,
 //! `LibvirtClusterTemplate`.
 
-use kube::{CustomResource, KubeSchema};
+use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::kinds::infra_kinds;
-use super::machine::{MachineDisk, PROVIDER_ID_IMMUTABLE, PROVIDER_ID_IMMUTABLE_MSG};
-use super::{BootstrapDataRef, MachineStatus};
+use super::BootstrapDataRef;
+use super::kinds::{infra_kinds, infra_machine};
+use super::machine::MachineDisk;
 use crate::api::common::{Firmware, Ipam, LocalObjectReference, PowerState};
 use crate::api::vm_image::LibvirtImageSource;
 
-/// Desired state of a LibvirtMachine.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
-#[kube(
-    group = "infrastructure.banlieue.io",
-    version = "v1alpha1",
-    kind = "LibvirtMachine",
-    namespaced,
-    status = "MachineStatus",
-    derive = "PartialEq",
-    doc = "A LibvirtMachine is one libvirt domain (QEMU/KVM) on a libvirt host, with its OS disk cloned from an image volume and a NoCloud seed for bootstrap. It is the Cluster API InfraMachine for libvirt and the backend object banlieue creates for VirtualMachines scheduled onto a libvirt Provider.",
-    shortname = "blvm",
-    category = "banlieue",
-    category = "cluster-api",
-    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
-    printcolumn(
-        name = "Provider",
-        type_ = "string",
-        json_path = ".spec.providerRef.name"
-    ),
-    printcolumn(
-        name = "FailureDomain",
-        type_ = "string",
-        json_path = ".status.failureDomain"
-    ),
-    printcolumn(
-        name = "Provisioned",
-        type_ = "boolean",
-        json_path = ".status.initialization.provisioned"
-    ),
-    printcolumn(
-        name = "ProviderID",
-        type_ = "string",
-        json_path = ".spec.providerID",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type=='Ready')].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new(PROVIDER_ID_IMMUTABLE).message(PROVIDER_ID_IMMUTABLE_MSG))]
-pub struct LibvirtMachineSpec {
-    /// The libvirt Provider (same namespace). For CAPI machines it may be left empty:
-    /// banlieue then finds it from the failure domain CAPI assigned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider_ref: Option<LocalObjectReference>,
-    /// `libvirt://<domain UUID>`, set by banlieue once the domain exists and offered
-    /// to the guest as its instance ID.
-    #[serde(
-        default,
-        rename = "providerID",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[x_kube(validation = Rule::new("self.startsWith('libvirt://')")
-        .message("spec.providerID must start with libvirt://"))]
-    #[schemars(length(min = 1, max = 512))]
-    pub provider_id: Option<String>,
-    /// The image the OS disk is cloned from.
-    pub image: LibvirtImageSource,
-    /// Storage pool for the machine's volumes (default `default`).
-    #[serde(default = "default_pool")]
-    #[schemars(length(min = 1, max = 255))]
-    pub storage_pool: String,
-    /// Number of virtual CPUs.
-    #[schemars(range(min = 1, max = 1024))]
-    pub cpus: u32,
-    /// Memory in MiB.
-    #[serde(rename = "memoryMiB")]
-    #[schemars(range(min = 128, max = 25165824))]
-    pub memory_mib: u64,
-    /// OS disk size in GiB; grown from the image's if larger.
-    #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65536))]
-    pub disk_gib: Option<u32>,
-    /// Firmware (default `efi`).
-    #[serde(default)]
-    pub firmware: Firmware,
-    /// CPU model exposure: `host-passthrough` (default), `host-model`, or `emulated`
-    /// (TCG, for hosts without KVM).
-    #[serde(default)]
-    pub cpu_mode: LibvirtCpuMode,
-    /// Additional disks.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
-    #[schemars(length(max = 16))]
-    pub additional_disks: Vec<MachineDisk>,
-    /// Network interfaces, in order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(merge_strategy = ListMerge::Atomic)]
-    #[schemars(length(max = 10))]
-    pub network: Vec<LibvirtNetworkInterface>,
-    /// Desired power state (CAPI machines are always `PoweredOn`).
-    #[serde(default)]
-    pub power_state: PowerState,
-    /// Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap: Option<BootstrapDataRef>,
+infra_machine! {
+    kind: "LibvirtMachine", short: "blvm",
+    doc: "A LibvirtMachine is one libvirt domain (QEMU/KVM) on a libvirt host, with its OS disk cloned from an image volume and a NoCloud seed for bootstrap. It is the Cluster API InfraMachine for libvirt and the backend object banlieue creates for VirtualMachines scheduled onto a libvirt Provider.",
+    /// Desired state of a LibvirtMachine.
+    pub struct LibvirtMachineSpec {
+        /// The libvirt Provider (same namespace). For CAPI machines it may be left empty:
+        /// banlieue then finds it from the failure domain CAPI assigned.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub provider_ref: Option<LocalObjectReference>,
+        /// `libvirt://<domain UUID>`, set by banlieue once the domain exists and offered
+        /// to the guest as its instance ID.
+        #[serde(
+            default,
+            rename = "providerID",
+            skip_serializing_if = "Option::is_none"
+        )]
+        #[x_kube(validation = Rule::new("self.startsWith('libvirt://')")
+            .message("spec.providerID must start with libvirt://"))]
+        #[schemars(length(min = 1, max = 512))]
+        pub provider_id: Option<String>,
+        /// The image the OS disk is cloned from.
+        pub image: LibvirtImageSource,
+        /// Storage pool for the machine's volumes (default `default`).
+        #[serde(default = "default_pool")]
+        #[schemars(length(min = 1, max = 255))]
+        pub storage_pool: String,
+        /// Number of virtual CPUs.
+        #[schemars(range(min = 1, max = 1024))]
+        pub cpus: u32,
+        /// Memory in MiB.
+        #[serde(rename = "memoryMiB")]
+        #[schemars(range(min = 128, max = 25165824))]
+        pub memory_mib: u64,
+        /// OS disk size in GiB; grown from the image's if larger.
+        #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 65536))]
+        pub disk_gib: Option<u32>,
+        /// Firmware (default `efi`).
+        #[serde(default)]
+        pub firmware: Firmware,
+        /// CPU model exposure: `host-passthrough` (default), `host-model`, or `emulated`
+        /// (TCG, for hosts without KVM).
+        #[serde(default)]
+        pub cpu_mode: LibvirtCpuMode,
+        /// Additional disks.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+        #[schemars(length(max = 16))]
+        pub additional_disks: Vec<MachineDisk>,
+        /// Network interfaces, in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[x_kube(merge_strategy = ListMerge::Atomic)]
+        #[schemars(length(max = 10))]
+        pub network: Vec<LibvirtNetworkInterface>,
+        /// Desired power state (CAPI machines are always `PoweredOn`).
+        #[serde(default)]
+        pub power_state: PowerState,
+        /// Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub bootstrap: Option<BootstrapDataRef>,
+    }
 }
 
 fn default_pool() -> String {

@@ -1,141 +1,98 @@
 //! Proxmox VE: `ProxmoxMachine`, `ProxmoxMachineTemplate`, `ProxmoxCluster`,
 //! `ProxmoxClusterTemplate`.
 
-use kube::{CustomResource, KubeSchema};
+use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::kinds::infra_kinds;
-use super::machine::{MachineDisk, PROVIDER_ID_IMMUTABLE, PROVIDER_ID_IMMUTABLE_MSG};
-use super::{BootstrapDataRef, MachineStatus};
+use super::BootstrapDataRef;
+use super::kinds::{infra_kinds, infra_machine};
+use super::machine::MachineDisk;
 use crate::api::common::{Firmware, Ipam, LocalObjectReference, PowerState};
 
-/// Desired state of a ProxmoxMachine.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
-#[kube(
-    group = "infrastructure.banlieue.io",
-    version = "v1alpha1",
-    kind = "ProxmoxMachine",
-    namespaced,
-    status = "MachineStatus",
-    derive = "PartialEq",
-    doc = "A ProxmoxMachine is one QEMU virtual machine on a Proxmox VE cluster, cloned from a template. It is the Cluster API InfraMachine for Proxmox VE and the backend object banlieue creates for VirtualMachines scheduled onto a proxmox Provider.",
-    shortname = "bpxm",
-    category = "banlieue",
-    category = "cluster-api",
-    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
-    printcolumn(
-        name = "Provider",
-        type_ = "string",
-        json_path = ".spec.providerRef.name"
-    ),
-    printcolumn(
-        name = "FailureDomain",
-        type_ = "string",
-        json_path = ".status.failureDomain"
-    ),
-    printcolumn(
-        name = "Provisioned",
-        type_ = "boolean",
-        json_path = ".status.initialization.provisioned"
-    ),
-    printcolumn(
-        name = "ProviderID",
-        type_ = "string",
-        json_path = ".spec.providerID",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type=='Ready')].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new(PROVIDER_ID_IMMUTABLE).message(PROVIDER_ID_IMMUTABLE_MSG))]
-#[x_kube(validation = Rule::new("!has(self.vmIDRange) || self.vmIDRange.end >= self.vmIDRange.start")
-    .message("vmIDRange.end must not be below vmIDRange.start"))]
-pub struct ProxmoxMachineSpec {
-    /// The proxmox Provider (same namespace). For CAPI machines it may be left empty:
-    /// banlieue then finds it from the failure domain CAPI assigned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider_ref: Option<LocalObjectReference>,
-    /// `proxmox://<SMBIOS UUID>`, set by banlieue once the VM exists and offered to
-    /// the guest as cloud-init instance metadata.
-    #[serde(
-        default,
-        rename = "providerID",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[x_kube(validation = Rule::new("self.startsWith('proxmox://')")
-        .message("spec.providerID must start with proxmox://"))]
-    #[schemars(length(min = 1, max = 512))]
-    pub provider_id: Option<String>,
-    /// VMID of the template to clone.
-    #[serde(rename = "templateID")]
-    #[schemars(range(min = 100, max = 999999999))]
-    pub template_id: u32,
-    /// The node holding the template. Default: found by the template's VMID.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63))]
-    pub source_node: Option<String>,
-    /// The node to run on. Default: from the failure domain.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63))]
-    pub target_node: Option<String>,
-    /// Storage for the cloned disks (full clones only). Default: the template's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 255))]
-    pub storage: Option<String>,
-    /// Full clone (default true); false makes a linked clone.
-    #[serde(default = "full_clone")]
-    pub full_clone: bool,
-    /// Resource pool to add the VM to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 255))]
-    pub pool: Option<String>,
-    /// VMIDs banlieue may allocate from. Default: the cluster's next free ID.
-    #[serde(default, rename = "vmIDRange", skip_serializing_if = "Option::is_none")]
-    pub vm_id_range: Option<VmIdRange>,
-    /// Number of sockets.
-    #[serde(default = "one")]
-    #[schemars(range(min = 1, max = 4))]
-    pub sockets: u32,
-    /// Cores per socket.
-    #[schemars(range(min = 1, max = 512))]
-    pub cores: u32,
-    /// Memory in MiB.
-    #[serde(rename = "memoryMiB")]
-    #[schemars(range(min = 128, max = 25165824))]
-    pub memory_mib: u64,
-    /// Boot disk (`scsi0`) size in GiB; grown from the template's if larger.
-    #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65536))]
-    pub disk_gib: Option<u32>,
-    /// Firmware; default: the template's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub firmware: Option<Firmware>,
-    /// Additional disks.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
-    #[schemars(length(max = 30))]
-    pub additional_disks: Vec<MachineDisk>,
-    /// Network devices (`net0`, `net1`, ...), in order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(merge_strategy = ListMerge::Atomic)]
-    #[schemars(length(max = 10))]
-    pub network: Vec<ProxmoxNetworkDevice>,
-    /// Desired power state (CAPI machines are always `PoweredOn`).
-    #[serde(default)]
-    pub power_state: PowerState,
-    /// Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap: Option<BootstrapDataRef>,
+infra_machine! {
+    kind: "ProxmoxMachine", short: "bpxm",
+    doc: "A ProxmoxMachine is one QEMU virtual machine on a Proxmox VE cluster, cloned from a template. It is the Cluster API InfraMachine for Proxmox VE and the backend object banlieue creates for VirtualMachines scheduled onto a proxmox Provider.",
+    /// Desired state of a ProxmoxMachine.
+    #[x_kube(validation = Rule::new("!has(self.vmIDRange) || self.vmIDRange.end >= self.vmIDRange.start")
+        .message("vmIDRange.end must not be below vmIDRange.start"))]
+    pub struct ProxmoxMachineSpec {
+        /// The proxmox Provider (same namespace). For CAPI machines it may be left empty:
+        /// banlieue then finds it from the failure domain CAPI assigned.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub provider_ref: Option<LocalObjectReference>,
+        /// `proxmox://<SMBIOS UUID>`, set by banlieue once the VM exists and offered to
+        /// the guest as cloud-init instance metadata.
+        #[serde(
+            default,
+            rename = "providerID",
+            skip_serializing_if = "Option::is_none"
+        )]
+        #[x_kube(validation = Rule::new("self.startsWith('proxmox://')")
+            .message("spec.providerID must start with proxmox://"))]
+        #[schemars(length(min = 1, max = 512))]
+        pub provider_id: Option<String>,
+        /// VMID of the template to clone.
+        #[serde(rename = "templateID")]
+        #[schemars(range(min = 100, max = 999999999))]
+        pub template_id: u32,
+        /// The node holding the template. Default: found by the template's VMID.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(min = 1, max = 63))]
+        pub source_node: Option<String>,
+        /// The node to run on. Default: from the failure domain.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(min = 1, max = 63))]
+        pub target_node: Option<String>,
+        /// Storage for the cloned disks (full clones only). Default: the template's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(min = 1, max = 255))]
+        pub storage: Option<String>,
+        /// Full clone (default true); false makes a linked clone.
+        #[serde(default = "full_clone")]
+        pub full_clone: bool,
+        /// Resource pool to add the VM to.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(min = 1, max = 255))]
+        pub pool: Option<String>,
+        /// VMIDs banlieue may allocate from. Default: the cluster's next free ID.
+        #[serde(default, rename = "vmIDRange", skip_serializing_if = "Option::is_none")]
+        pub vm_id_range: Option<VmIdRange>,
+        /// Number of sockets.
+        #[serde(default = "one")]
+        #[schemars(range(min = 1, max = 4))]
+        pub sockets: u32,
+        /// Cores per socket.
+        #[schemars(range(min = 1, max = 512))]
+        pub cores: u32,
+        /// Memory in MiB.
+        #[serde(rename = "memoryMiB")]
+        #[schemars(range(min = 128, max = 25165824))]
+        pub memory_mib: u64,
+        /// Boot disk (`scsi0`) size in GiB; grown from the template's if larger.
+        #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 65536))]
+        pub disk_gib: Option<u32>,
+        /// Firmware; default: the template's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub firmware: Option<Firmware>,
+        /// Additional disks.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+        #[schemars(length(max = 30))]
+        pub additional_disks: Vec<MachineDisk>,
+        /// Network devices (`net0`, `net1`, ...), in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[x_kube(merge_strategy = ListMerge::Atomic)]
+        #[schemars(length(max = 10))]
+        pub network: Vec<ProxmoxNetworkDevice>,
+        /// Desired power state (CAPI machines are always `PoweredOn`).
+        #[serde(default)]
+        pub power_state: PowerState,
+        /// Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub bootstrap: Option<BootstrapDataRef>,
+    }
 }
 
 fn full_clone() -> bool {

@@ -1,152 +1,109 @@
 //! vSphere: `VSphereMachine`, `VSphereMachineTemplate`, `VSphereCluster`,
 //! `VSphereClusterTemplate`.
 
-use kube::{CustomResource, KubeSchema};
+use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::kinds::infra_kinds;
-use super::machine::{MachineDisk, PROVIDER_ID_IMMUTABLE, PROVIDER_ID_IMMUTABLE_MSG};
-use super::{BootstrapDataRef, MachineStatus};
+use super::BootstrapDataRef;
+use super::kinds::{infra_kinds, infra_machine};
+use super::machine::MachineDisk;
 use crate::api::common::{DiskProvisioning, Firmware, Ipam, LocalObjectReference, PowerState};
 
-/// Desired state of a VSphereMachine.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
-#[kube(
-    group = "infrastructure.banlieue.io",
-    version = "v1alpha1",
-    kind = "VSphereMachine",
-    namespaced,
-    status = "MachineStatus",
-    derive = "PartialEq",
-    doc = "A VSphereMachine is one virtual machine on a vCenter, cloned from a template. It is the Cluster API InfraMachine for vSphere and the backend object banlieue creates for VirtualMachines scheduled onto a vsphere Provider.",
-    shortname = "bvsm",
-    category = "banlieue",
-    category = "cluster-api",
-    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
-    printcolumn(
-        name = "Provider",
-        type_ = "string",
-        json_path = ".spec.providerRef.name"
-    ),
-    printcolumn(
-        name = "FailureDomain",
-        type_ = "string",
-        json_path = ".status.failureDomain"
-    ),
-    printcolumn(
-        name = "Provisioned",
-        type_ = "boolean",
-        json_path = ".status.initialization.provisioned"
-    ),
-    printcolumn(
-        name = "ProviderID",
-        type_ = "string",
-        json_path = ".spec.providerID",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type=='Ready')].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new(PROVIDER_ID_IMMUTABLE).message(PROVIDER_ID_IMMUTABLE_MSG))]
-#[x_kube(validation = Rule::new("!(has(self.datastore) && has(self.storagePolicyName))")
-    .message("set either datastore or storagePolicyName, not both"))]
-#[x_kube(validation = Rule::new("!has(self.numCoresPerSocket) || self.numCPUs % self.numCoresPerSocket == 0")
-    .message("numCPUs must be a multiple of numCoresPerSocket"))]
-pub struct VSphereMachineSpec {
-    /// The vsphere Provider (same namespace). For CAPI machines it may be left empty:
-    /// banlieue then finds it from the failure domain CAPI assigned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider_ref: Option<LocalObjectReference>,
-    /// `vsphere://<BIOS UUID>`, set by banlieue once the VM exists; matches the Node's
-    /// providerID reported by the vSphere cloud provider.
-    #[serde(
-        default,
-        rename = "providerID",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[x_kube(validation = Rule::new("self.startsWith('vsphere://')")
-        .message("spec.providerID must start with vsphere://"))]
-    #[schemars(length(min = 1, max = 512))]
-    pub provider_id: Option<String>,
-    /// Name or inventory path of the template to clone.
-    #[schemars(length(min = 1, max = 1024))]
-    pub template: String,
-    /// `FullClone` (default) or `LinkedClone` (needs a snapshot on the template).
-    #[serde(default)]
-    pub clone_mode: CloneMode,
-    /// Datacenter name or path. Default: from the failure domain.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 255))]
-    pub datacenter: Option<String>,
-    /// Compute cluster. Default: from the failure domain.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 255))]
-    pub cluster: Option<String>,
-    /// Resource pool path. Default: the cluster's root pool.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 1024))]
-    pub resource_pool: Option<String>,
-    /// VM folder path. Default: the datacenter's VM folder.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 1024))]
-    pub folder: Option<String>,
-    /// Datastore for the OS disk.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 255))]
-    pub datastore: Option<String>,
-    /// Storage policy (SPBM) for the OS disk, instead of a datastore.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 255))]
-    pub storage_policy_name: Option<String>,
-    /// Number of virtual CPUs.
-    #[serde(rename = "numCPUs")]
-    #[schemars(range(min = 1, max = 768))]
-    pub num_cpus: u32,
-    /// Cores per socket.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 128))]
-    pub num_cores_per_socket: Option<u32>,
-    /// Memory in MiB.
-    #[serde(rename = "memoryMiB")]
-    #[schemars(range(min = 128, max = 25165824))]
-    pub memory_mib: u64,
-    /// OS disk size in GiB; grown from the template's if larger.
-    #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65536))]
-    pub disk_gib: Option<u32>,
-    /// OS disk provisioning.
-    #[serde(default)]
-    pub disk_provisioning: DiskProvisioning,
-    /// Firmware; default: the template's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub firmware: Option<Firmware>,
-    /// Additional disks.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
-    #[schemars(length(max = 59))]
-    pub additional_disks: Vec<MachineDisk>,
-    /// Network devices, in order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(merge_strategy = ListMerge::Atomic)]
-    #[schemars(length(max = 10))]
-    pub network: Vec<VSphereNetworkDevice>,
-    /// Desired power state (CAPI machines are always `PoweredOn`).
-    #[serde(default)]
-    pub power_state: PowerState,
-    /// Bootstrap data when no CAPI Machine owns this object; delivered through
-    /// `guestinfo.userdata` or `guestinfo.ignition.config.data`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap: Option<BootstrapDataRef>,
+infra_machine! {
+    kind: "VSphereMachine", short: "bvsm",
+    doc: "A VSphereMachine is one virtual machine on a vCenter, cloned from a template. It is the Cluster API InfraMachine for vSphere and the backend object banlieue creates for VirtualMachines scheduled onto a vsphere Provider.",
+    /// Desired state of a VSphereMachine.
+    #[x_kube(validation = Rule::new("!(has(self.datastore) && has(self.storagePolicyName))")
+        .message("set either datastore or storagePolicyName, not both"))]
+    #[x_kube(validation = Rule::new("!has(self.numCoresPerSocket) || self.numCPUs % self.numCoresPerSocket == 0")
+        .message("numCPUs must be a multiple of numCoresPerSocket"))]
+    pub struct VSphereMachineSpec {
+        /// The vsphere Provider (same namespace). For CAPI machines it may be left empty:
+        /// banlieue then finds it from the failure domain CAPI assigned.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub provider_ref: Option<LocalObjectReference>,
+        /// `vsphere://<BIOS UUID>`, set by banlieue once the VM exists; matches the Node's
+        /// providerID reported by the vSphere cloud provider.
+        #[serde(
+            default,
+            rename = "providerID",
+            skip_serializing_if = "Option::is_none"
+        )]
+        #[x_kube(validation = Rule::new("self.startsWith('vsphere://')")
+            .message("spec.providerID must start with vsphere://"))]
+        #[schemars(length(min = 1, max = 512))]
+        pub provider_id: Option<String>,
+        /// Name or inventory path of the template to clone.
+        #[schemars(length(min = 1, max = 1024))]
+        pub template: String,
+        /// `FullClone` (default) or `LinkedClone` (needs a snapshot on the template).
+        #[serde(default)]
+        pub clone_mode: CloneMode,
+        /// Datacenter name or path. Default: from the failure domain.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(min = 1, max = 255))]
+        pub datacenter: Option<String>,
+        /// Compute cluster. Default: from the failure domain.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(min = 1, max = 255))]
+        pub cluster: Option<String>,
+        /// Resource pool path. Default: the cluster's root pool.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(min = 1, max = 1024))]
+        pub resource_pool: Option<String>,
+        /// VM folder path. Default: the datacenter's VM folder.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(min = 1, max = 1024))]
+        pub folder: Option<String>,
+        /// Datastore for the OS disk.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(min = 1, max = 255))]
+        pub datastore: Option<String>,
+        /// Storage policy (SPBM) for the OS disk, instead of a datastore.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(min = 1, max = 255))]
+        pub storage_policy_name: Option<String>,
+        /// Number of virtual CPUs.
+        #[serde(rename = "numCPUs")]
+        #[schemars(range(min = 1, max = 768))]
+        pub num_cpus: u32,
+        /// Cores per socket.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 128))]
+        pub num_cores_per_socket: Option<u32>,
+        /// Memory in MiB.
+        #[serde(rename = "memoryMiB")]
+        #[schemars(range(min = 128, max = 25165824))]
+        pub memory_mib: u64,
+        /// OS disk size in GiB; grown from the template's if larger.
+        #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 65536))]
+        pub disk_gib: Option<u32>,
+        /// OS disk provisioning.
+        #[serde(default)]
+        pub disk_provisioning: DiskProvisioning,
+        /// Firmware; default: the template's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub firmware: Option<Firmware>,
+        /// Additional disks.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+        #[schemars(length(max = 59))]
+        pub additional_disks: Vec<MachineDisk>,
+        /// Network devices, in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[x_kube(merge_strategy = ListMerge::Atomic)]
+        #[schemars(length(max = 10))]
+        pub network: Vec<VSphereNetworkDevice>,
+        /// Desired power state (CAPI machines are always `PoweredOn`).
+        #[serde(default)]
+        pub power_state: PowerState,
+        /// Bootstrap data when no CAPI Machine owns this object; delivered through
+        /// `guestinfo.userdata` or `guestinfo.ignition.config.data`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub bootstrap: Option<BootstrapDataRef>,
+    }
 }
 
 /// vSphere clone mode.
