@@ -31,4 +31,9 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod backend;
+pub mod conditions;
 pub mod crds;
+pub mod scheduling;
+
+pub use async_trait::async_trait;

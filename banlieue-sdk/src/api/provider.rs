@@ -62,6 +62,10 @@ pub struct ProviderSpec {
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     #[schemars(length(max = 100))]
     pub failure_domains: Vec<DeclaredFailureDomain>,
+    /// Backend-specific settings, documented per backend (e.g. the simulator's
+    /// `latency`, `failureRate`, `capacity`, `machineKind`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, String>,
     /// Stop reconciling this Provider and everything scheduled on it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,

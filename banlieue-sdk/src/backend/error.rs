@@ -1,0 +1,61 @@
+//! Backend errors, classified so controllers know whether to retry.
+
+use std::time::Duration;
+
+/// Whether retrying can help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Retry with backoff: timeouts, 5xx, connection resets, expired sessions, locks.
+    Transient,
+    /// Retrying the same request cannot help until something changes: bad
+    /// credentials, a missing template, an invalid spec, quota. Surfaced as a condition.
+    Terminal,
+}
+
+/// An error from a backend, with a CamelCase reason for conditions and the backend's
+/// own message. Messages must never contain credentials.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct BackendError {
+    /// Transient or terminal.
+    pub class: ErrorClass,
+    /// CamelCase reason, e.g. `Unreachable`, `Unauthorized`, `TemplateNotFound`.
+    pub reason: String,
+    /// Human-readable detail, usually the backend's own words.
+    pub message: String,
+    /// For transient errors: when the backend asked to be retried (e.g. `Retry-After`).
+    pub retry_after: Option<Duration>,
+}
+
+impl BackendError {
+    /// A transient error: the controller retries with backoff.
+    pub fn transient(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            class: ErrorClass::Transient,
+            reason: reason.into(),
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A terminal error: the controller records it and waits for a change.
+    pub fn terminal(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            class: ErrorClass::Terminal,
+            reason: reason.into(),
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// Asks for a retry no sooner than `after`.
+    pub fn retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// True for [`ErrorClass::Transient`].
+    pub fn is_transient(&self) -> bool {
+        self.class == ErrorClass::Transient
+    }
+}

@@ -1,0 +1,91 @@
+//! The `Backend` trait: what a hypervisor adapter implements, and the registry
+//! that maps a Provider's class to one.
+//!
+//! Backends are adapters, not controllers: they receive plain values (a resolved
+//! [`Connection`], a [`MachineRequest`]) and return observations. They never talk to
+//! the Kubernetes API. Every call must be idempotent and must not wait for long
+//! operations: start them, return [`Pending`], and let the controller come back.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use banlieue_sdk::async_trait;
+//! use banlieue_sdk::api::common::{PowerState, ProviderClass};
+//! use banlieue_sdk::backend::*;
+//!
+//! /// A backend that "creates" machines instantly and forgets them.
+//! struct Instant;
+//!
+//! #[async_trait]
+//! impl Backend for Instant {
+//!     async fn check(&self) -> Result<Inventory, BackendError> {
+//!         Ok(Inventory { version: "instant 1".into(), failure_domains: vec![] })
+//!     }
+//!     async fn find_image(&self, _: &ImageSourceSet) -> Result<ImageLookup, BackendError> {
+//!         Ok(ImageLookup::Available { resolved: "instant".into() })
+//!     }
+//!     async fn ensure(&self, req: &MachineRequest) -> Result<MachineObservation, BackendError> {
+//!         Ok(MachineObservation {
+//!             provider_id: Some(format!("instant://{}", req.identity.uid)),
+//!             power_state: Some(req.spec.power_state()),
+//!             ..Default::default()
+//!         })
+//!     }
+//!     async fn observe(&self, _: &MachineIdentity) -> Result<Option<MachineObservation>, BackendError> {
+//!         Ok(None)
+//!     }
+//!     async fn delete(&self, _: &MachineIdentity) -> Result<Deletion, BackendError> {
+//!         Ok(Deletion::Gone)
+//!     }
+//! }
+//!
+//! struct InstantFactory;
+//! impl BackendFactory for InstantFactory {
+//!     fn connect(&self, _: &Connection) -> Result<Arc<dyn Backend>, BackendError> {
+//!         Ok(Arc::new(Instant))
+//!     }
+//! }
+//!
+//! let mut registry = BackendRegistry::default();
+//! registry.register(ProviderClass::Sim, Arc::new(InstantFactory));
+//! assert!(registry.get(ProviderClass::Sim).is_some());
+//! ```
+
+mod error;
+mod registry;
+mod secret;
+mod types;
+
+use async_trait::async_trait;
+
+pub use error::{BackendError, ErrorClass};
+pub use registry::{BackendFactory, BackendRegistry};
+pub use secret::SecretValue;
+pub use types::*;
+
+/// One connected backend instance (one vCenter session, one Proxmox client, one
+/// libvirt connection). Created per Provider by a [`BackendFactory`] and reused
+/// across reconciles; it renews its own session when it expires.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// Connects (or re-uses the session) and describes the backend: version and
+    /// failure domains with what each can reach.
+    async fn check(&self) -> Result<Inventory, BackendError>;
+
+    /// Looks for an image on this backend, given every source a VMImage names.
+    async fn find_image(&self, sources: &ImageSourceSet) -> Result<ImageLookup, BackendError>;
+
+    /// Makes the machine exist and match the request: creates it if no machine
+    /// carries `identity.uid`, else reconciles power. Idempotent; never waits for a
+    /// long task (returns [`Pending`] instead).
+    async fn ensure(&self, request: &MachineRequest) -> Result<MachineObservation, BackendError>;
+
+    /// Reads the machine's current state; `None` when no machine carries the UID.
+    async fn observe(
+        &self,
+        identity: &MachineIdentity,
+    ) -> Result<Option<MachineObservation>, BackendError>;
+
+    /// Deletes the machine carrying the UID (powering it off first if needed).
+    /// Deleting a machine that does not exist is `Ok(Deletion::Gone)`.
+    async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError>;
+}

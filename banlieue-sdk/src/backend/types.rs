@@ -1,0 +1,227 @@
+//! The plain values that cross the `Backend` boundary: no Kubernetes client, no
+//! object references left to resolve.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use crate::api::common::{BootstrapFormat, PowerState, ProviderClass};
+use crate::api::infra::{
+    MachineAddress, cloud_hypervisor::CloudHypervisorMachineSpec, libvirt::LibvirtMachineSpec,
+    proxmox::ProxmoxMachineSpec, vsphere::VSphereMachineSpec,
+};
+use crate::api::vm_image::ImageSources;
+
+use super::SecretValue;
+
+/// Everything needed to talk to one Provider, resolved from its spec, Secret and CA
+/// bundle. Two equal connections may share a backend session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Connection {
+    /// The Provider's class.
+    pub class: ProviderClass,
+    /// `spec.connection.endpoint`, verbatim.
+    pub endpoint: String,
+    /// The credentials Secret's keys (values redacted in `Debug`).
+    pub credentials: BTreeMap<String, SecretValue>,
+    /// PEM CA bundle to trust, if any.
+    pub ca_bundle: Option<String>,
+    /// Skip TLS verification (labs only).
+    pub insecure_skip_tls_verify: bool,
+    /// `spec.settings`: backend-specific knobs, documented per backend.
+    pub settings: BTreeMap<String, String>,
+}
+
+impl Connection {
+    /// A credential by key, or a terminal `MissingCredential` error naming the key.
+    pub fn credential(&self, key: &str) -> Result<&SecretValue, super::BackendError> {
+        self.credentials.get(key).ok_or_else(|| {
+            super::BackendError::terminal(
+                "MissingCredential",
+                format!("the credentials Secret has no key {key:?}"),
+            )
+        })
+    }
+}
+
+/// What a backend found when it connected.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Inventory {
+    /// The backend's version string, e.g. `VMware vCenter Server 8.0.3 build-24022515`.
+    pub version: String,
+    /// Failure domains and what each can reach.
+    pub failure_domains: Vec<FailureDomainInventory>,
+}
+
+/// One failure domain as a backend sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FailureDomainInventory {
+    /// Name, unique within the Provider.
+    pub name: String,
+    /// Labels the backend knows (e.g. `topology.kubernetes.io/zone`).
+    pub labels: BTreeMap<String, String>,
+    /// Where it is: vSphere `datacenter`/`cluster`, Proxmox `node`, `host`.
+    pub location: BTreeMap<String, String>,
+    /// Targets reachable from here, by the keys capability mappings use:
+    /// e.g. `datastore -> {ds1, ds2}`, `portGroup -> {VM Network}`, `pool -> {default}`.
+    pub resources: BTreeMap<String, BTreeSet<String>>,
+    /// Features available here, e.g. `nestedVirtualization`.
+    pub features: BTreeSet<String>,
+}
+
+/// Which machine a request is about. The UID is the key: backends tag the VM with it
+/// so a crash between "created" and "status written" never creates a second VM.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MachineIdentity {
+    /// The infra object's `metadata.uid`.
+    pub uid: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name (a good VM name on the backend, not an identity).
+    pub name: String,
+}
+
+/// The backend-specific machine spec, as the infra object holds it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum MachineSpec {
+    /// A `VSphereMachine`'s spec.
+    VSphere(VSphereMachineSpec),
+    /// A `ProxmoxMachine`'s spec.
+    Proxmox(ProxmoxMachineSpec),
+    /// A `LibvirtMachine`'s spec.
+    Libvirt(LibvirtMachineSpec),
+    /// A `CloudHypervisorMachine`'s spec.
+    CloudHypervisor(CloudHypervisorMachineSpec),
+}
+
+impl MachineSpec {
+    /// Virtual CPUs.
+    pub fn cpus(&self) -> u32 {
+        match self {
+            Self::VSphere(s) => s.num_cpus,
+            Self::Proxmox(s) => s.sockets * s.cores,
+            Self::Libvirt(s) => s.cpus,
+            Self::CloudHypervisor(s) => s.cpus,
+        }
+    }
+
+    /// Memory in MiB.
+    pub fn memory_mib(&self) -> u64 {
+        match self {
+            Self::VSphere(s) => s.memory_mib,
+            Self::Proxmox(s) => s.memory_mib,
+            Self::Libvirt(s) => s.memory_mib,
+            Self::CloudHypervisor(s) => s.memory_mib,
+        }
+    }
+
+    /// The desired power state.
+    pub fn power_state(&self) -> PowerState {
+        match self {
+            Self::VSphere(s) => s.power_state,
+            Self::Proxmox(s) => s.power_state,
+            Self::Libvirt(s) => s.power_state,
+            Self::CloudHypervisor(s) => s.power_state,
+        }
+    }
+
+    /// The infra kind this spec belongs to, e.g. `VSphereMachine`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::VSphere(_) => "VSphereMachine",
+            Self::Proxmox(_) => "ProxmoxMachine",
+            Self::Libvirt(_) => "LibvirtMachine",
+            Self::CloudHypervisor(_) => "CloudHypervisorMachine",
+        }
+    }
+}
+
+/// Bootstrap data to hand to the guest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootstrapData {
+    /// cloud-config or Ignition.
+    pub format: BootstrapFormat,
+    /// The user data (CAPI's `value`).
+    pub user_data: SecretValue,
+    /// cloud-init network config, when given.
+    pub network_config: Option<SecretValue>,
+}
+
+/// "Make this machine exist and look like this." Idempotent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MachineRequest {
+    /// Which machine.
+    pub identity: MachineIdentity,
+    /// Its spec (including the desired power state).
+    pub spec: MachineSpec,
+    /// The failure domain to place it in, when one was chosen.
+    pub failure_domain: Option<String>,
+    /// Bootstrap data, when there is any.
+    pub bootstrap: Option<BootstrapData>,
+}
+
+/// What a backend observed about a machine.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MachineObservation {
+    /// Stable, backend-unique ID such as `vsphere://<BIOS UUID>`, once the VM exists.
+    pub provider_id: Option<String>,
+    /// The power state now.
+    pub power_state: Option<PowerState>,
+    /// Addresses the backend reports.
+    pub addresses: Vec<MachineAddress>,
+    /// The failure domain the machine is in.
+    pub failure_domain: Option<String>,
+    /// The backend's own handle (moref, `node/vmid`, domain name, socket).
+    pub backend_ref: Option<String>,
+    /// A long operation still in flight (clone, boot, power change). Controllers
+    /// come back after `retry_after` instead of waiting.
+    pub pending: Option<Pending>,
+}
+
+impl MachineObservation {
+    /// True when the machine exists, nothing is in flight and its power state is `want`.
+    pub fn settled_at(&self, want: PowerState) -> bool {
+        self.provider_id.is_some() && self.pending.is_none() && self.power_state == Some(want)
+    }
+}
+
+/// An operation the backend started and has not finished.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    /// What is happening, for humans: `Cloning`, `PoweringOn`, `WaitingForAddress`.
+    pub operation: String,
+    /// The backend's task handle, if it has one (a vSphere task, a Proxmox UPID).
+    pub task: Option<String>,
+    /// When to look again.
+    pub retry_after: Duration,
+}
+
+/// Progress of a deletion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Deletion {
+    /// The machine no longer exists on the backend.
+    Gone,
+    /// Deletion started; look again after the delay.
+    InProgress {
+        /// When to look again.
+        retry_after: Duration,
+    },
+}
+
+/// Whether an image is present on a Provider.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImageLookup {
+    /// Found, with the backend's own reference to it.
+    Available {
+        /// e.g. a template moref or a volume key.
+        resolved: String,
+    },
+    /// Not there, and why.
+    Missing {
+        /// What was looked for and not found.
+        message: String,
+    },
+}
+
+/// The image sources of a VMImage, as handed to [`super::Backend::find_image`].
+pub type ImageSourceSet = ImageSources;

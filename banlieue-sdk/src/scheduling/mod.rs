@@ -1,0 +1,395 @@
+//! Scheduling: a pure function from a VirtualMachine, its class and image, the
+//! Providers of its namespace and its sibling VirtualMachines to a placement.
+//!
+//! Rules, in order:
+//! 1. **Sticky.** A VM that is placed stays where it is while its placement still
+//!    matches: the Provider exists and satisfies `providerRef`/`providerSelector`, and the
+//!    failure domain still satisfies `failureDomainSelector`. A Provider being down is
+//!    not a reason to move (that would recreate machines on every outage).
+//! 2. **Feasible.** Otherwise a candidate (Provider, failure domain) must: match the
+//!    placement; be Ready and not paused; have a source in the image for its class
+//!    (and not be listed as lacking it in the image's status); offer every storage and
+//!    network class and feature the VM needs; satisfy `Required` anti-affinity against
+//!    placed siblings.
+//! 3. **Best.** Among feasible candidates: fewest `Preferred` anti-affinity conflicts,
+//!    then fewest VMs already placed there (spread), then name order. Deterministic.
+
+mod selector;
+
+use std::collections::BTreeMap;
+
+use crate::api::common::ProviderClass;
+use crate::api::provider::DiscoveredFailureDomain;
+use crate::api::virtual_machine::{AffinityMode, ScheduledPlacement};
+use crate::api::{Provider, VMClassSpec, VMImage, VirtualMachine};
+use crate::conditions;
+
+pub use selector::matches;
+
+/// Topology key whose value is the Provider's name.
+pub const PROVIDER_TOPOLOGY_KEY: &str = "banlieue.io/provider";
+/// Topology key whose value is the failure domain's name.
+pub const FAILURE_DOMAIN_TOPOLOGY_KEY: &str = "banlieue.io/failure-domain";
+
+/// Everything a scheduling decision depends on.
+#[derive(Clone, Copy, Debug)]
+pub struct Input<'a> {
+    /// The VM to place.
+    pub vm: &'a VirtualMachine,
+    /// Its class.
+    pub class: &'a VMClassSpec,
+    /// Its image.
+    pub image: &'a VMImage,
+    /// Providers in the VM's namespace.
+    pub providers: &'a [Provider],
+    /// Other VMs in the namespace (the VM itself may be among them; it is skipped).
+    pub siblings: &'a [VirtualMachine],
+}
+
+/// The outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Stay where it is (the current placement still matches).
+    Keep,
+    /// Place (or move) it here.
+    Place(Target),
+    /// No candidate fits.
+    Unschedulable {
+        /// CamelCase reason for the `Scheduled` condition.
+        reason: &'static str,
+        /// What is missing, for humans.
+        message: String,
+    },
+}
+
+/// A chosen Provider and failure domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// Provider name.
+    pub provider: String,
+    /// Provider class.
+    pub class: ProviderClass,
+    /// Failure domain, when the Provider has any.
+    pub failure_domain: Option<String>,
+    /// The failure domain's labels plus the two banlieue topology keys.
+    pub topology: BTreeMap<String, String>,
+}
+
+impl Target {
+    /// The status block recording this placement.
+    pub fn to_status(
+        &self,
+        scheduled_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    ) -> ScheduledPlacement {
+        ScheduledPlacement {
+            provider: self.provider.clone(),
+            provider_class: Some(self.class),
+            failure_domain: self.failure_domain.clone(),
+            topology: self.topology.clone(),
+            scheduled_at,
+        }
+    }
+}
+
+/// Decides where `input.vm` runs.
+pub fn schedule(input: &Input<'_>) -> Decision {
+    if let Some(current) = input.vm.status.as_ref().and_then(|s| s.placement.as_ref())
+        && still_matches(input, current)
+    {
+        return Decision::Keep;
+    }
+
+    let mut rejections: Vec<String> = Vec::new();
+    let mut best: Option<(Score, Target)> = None;
+    let placement = &input.vm.spec.placement;
+
+    let matching: Vec<&Provider> = input
+        .providers
+        .iter()
+        .filter(|p| provider_matches(input.vm, p))
+        .collect();
+    if matching.is_empty() {
+        let message = match &placement.provider_ref {
+            Some(r) => format!(
+                "Provider {:?} does not exist in namespace {:?}",
+                r.name,
+                namespace(input.vm)
+            ),
+            None => "no Provider in the namespace matches placement.providerSelector".to_owned(),
+        };
+        return Decision::Unschedulable {
+            reason: "ProviderNotFound",
+            message,
+        };
+    }
+
+    for provider in matching {
+        let name = provider.metadata.name.clone().unwrap_or_default();
+        if let Err(why) = provider_usable(input, provider) {
+            rejections.push(format!("{name}: {why}"));
+            continue;
+        }
+        for (domain, topology) in domains_of(provider) {
+            let fd_name = domain.map(|d| d.name.clone());
+            let label = format!("{name}/{}", fd_name.as_deref().unwrap_or("-"));
+            if let Err(why) = domain_usable(input, provider, domain) {
+                rejections.push(format!("{label}: {why}"));
+                continue;
+            }
+            let conflicts = anti_affinity_conflicts(input, &topology);
+            if conflicts.required > 0 {
+                rejections.push(format!("{label}: violates required anti-affinity"));
+                continue;
+            }
+            let score = Score {
+                preferred_conflicts: conflicts.preferred,
+                load: load(input, &name, fd_name.as_deref()),
+                provider: name.clone(),
+                failure_domain: fd_name.clone(),
+            };
+            let target = Target {
+                provider: name.clone(),
+                class: provider.spec.class,
+                failure_domain: fd_name,
+                topology,
+            };
+            if best.as_ref().is_none_or(|(b, _)| score < *b) {
+                best = Some((score, target));
+            }
+        }
+    }
+
+    match best {
+        Some((_, target)) => Decision::Place(target),
+        None => {
+            rejections.sort();
+            Decision::Unschedulable {
+                reason: "NoFeasibleProvider",
+                message: format!("no Provider fits: {}", rejections.join("; ")),
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Score {
+    preferred_conflicts: usize,
+    load: usize,
+    provider: String,
+    failure_domain: Option<String>,
+}
+
+fn namespace(vm: &VirtualMachine) -> &str {
+    vm.metadata.namespace.as_deref().unwrap_or_default()
+}
+
+fn provider_matches(vm: &VirtualMachine, provider: &Provider) -> bool {
+    let placement = &vm.spec.placement;
+    match (&placement.provider_ref, &placement.provider_selector) {
+        (Some(r), _) => provider.metadata.name.as_deref() == Some(r.name.as_str()),
+        (None, Some(selector)) => matches(
+            selector,
+            provider
+                .metadata
+                .labels
+                .as_ref()
+                .unwrap_or(&BTreeMap::new()),
+        ),
+        (None, None) => true,
+    }
+}
+
+fn still_matches(input: &Input<'_>, current: &ScheduledPlacement) -> bool {
+    let Some(provider) = input
+        .providers
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(current.provider.as_str()))
+    else {
+        return false;
+    };
+    if !provider_matches(input.vm, provider) || current.provider_class != Some(provider.spec.class)
+    {
+        return false;
+    }
+    match &input.vm.spec.placement.failure_domain_selector {
+        None => true,
+        Some(selector) => matches(selector, &current.topology),
+    }
+}
+
+fn provider_usable(input: &Input<'_>, provider: &Provider) -> Result<(), String> {
+    if provider.spec.paused {
+        return Err("paused".into());
+    }
+    let status = provider.status.as_ref();
+    if !status.is_some_and(|s| conditions::is_true(&s.conditions, conditions::types::READY)) {
+        return Err("not Ready".into());
+    }
+    if !input.image.spec.sources.has(provider.spec.class) {
+        return Err(format!("image has no {} source", provider.spec.class));
+    }
+    let listed_missing = input
+        .image
+        .status
+        .iter()
+        .flat_map(|s| &s.providers)
+        .any(|row| {
+            Some(row.name.as_str()) == provider.metadata.name.as_deref()
+                && Some(row.namespace.as_str()) == provider.metadata.namespace.as_deref()
+                && !row.available
+        });
+    if listed_missing {
+        return Err("image not available there".into());
+    }
+    Ok(())
+}
+
+/// The failure domains of a Provider with their topology; a Provider that reports
+/// none is one implicit domain.
+fn domains_of(
+    provider: &Provider,
+) -> Vec<(Option<&DiscoveredFailureDomain>, BTreeMap<String, String>)> {
+    let name = provider.metadata.name.clone().unwrap_or_default();
+    let domains: Vec<&DiscoveredFailureDomain> = provider
+        .status
+        .iter()
+        .flat_map(|s| &s.failure_domains)
+        .collect();
+    let topology = |fd: Option<&DiscoveredFailureDomain>| {
+        let mut t = fd.map(|d| d.labels.clone()).unwrap_or_default();
+        t.insert(PROVIDER_TOPOLOGY_KEY.into(), name.clone());
+        if let Some(d) = fd {
+            t.insert(FAILURE_DOMAIN_TOPOLOGY_KEY.into(), d.name.clone());
+        }
+        t
+    };
+    if domains.is_empty() {
+        vec![(None, topology(None))]
+    } else {
+        domains
+            .into_iter()
+            .map(|d| (Some(d), topology(Some(d))))
+            .collect()
+    }
+}
+
+fn domain_usable(
+    input: &Input<'_>,
+    provider: &Provider,
+    domain: Option<&DiscoveredFailureDomain>,
+) -> Result<(), String> {
+    let empty = DiscoveredFailureDomain::default();
+    let fd = domain.unwrap_or(&empty);
+    if let Some(selector) = &input.vm.spec.placement.failure_domain_selector {
+        let mut labels = fd.labels.clone();
+        labels.insert(FAILURE_DOMAIN_TOPOLOGY_KEY.into(), fd.name.clone());
+        if !matches(selector, &labels) {
+            return Err("does not match failureDomainSelector".into());
+        }
+    }
+    let declared_storage = |class: &str| {
+        provider
+            .spec
+            .capabilities
+            .storage_classes
+            .iter()
+            .any(|c| c.name == class)
+    };
+    let declared_network = |class: &str| {
+        provider
+            .spec
+            .capabilities
+            .network_classes
+            .iter()
+            .any(|c| c.name == class)
+    };
+    // A Provider without failure domains offers what it declares; one with failure
+    // domains offers, per domain, what the backend found there.
+    let offers_storage = |class: &str| match domain {
+        Some(d) => d.storage_classes.iter().any(|c| c == class),
+        None => declared_storage(class),
+    };
+    let offers_network = |class: &str| match domain {
+        Some(d) => d.network_classes.iter().any(|c| c == class),
+        None => declared_network(class),
+    };
+    let storage = input.class.disk.storage_class.iter().chain(
+        input
+            .vm
+            .spec
+            .disks
+            .iter()
+            .filter_map(|d| d.storage_class.as_ref()),
+    );
+    for class in storage {
+        if !offers_storage(class) {
+            return Err(format!("storage class {class:?} not offered"));
+        }
+    }
+    for network in &input.vm.spec.networks {
+        if !offers_network(&network.network_class) {
+            return Err(format!(
+                "network class {:?} not offered",
+                network.network_class
+            ));
+        }
+    }
+    let features: Vec<&String> = match domain {
+        Some(d) => d.features.iter().collect(),
+        None => provider.spec.capabilities.features.iter().collect(),
+    };
+    for feature in &input.class.required_features {
+        if !features.contains(&feature) {
+            return Err(format!("feature {feature:?} not offered"));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct Conflicts {
+    required: usize,
+    preferred: usize,
+}
+
+fn anti_affinity_conflicts(input: &Input<'_>, topology: &BTreeMap<String, String>) -> Conflicts {
+    let mut conflicts = Conflicts::default();
+    let my_name = input.vm.metadata.name.as_deref();
+    for term in &input.vm.spec.placement.anti_affinity {
+        let Some(value) = topology.get(&term.topology_key) else {
+            continue;
+        };
+        let clashing = input
+            .siblings
+            .iter()
+            .filter(|s| s.metadata.name.as_deref() != my_name)
+            .filter(|s| {
+                matches(
+                    &term.label_selector,
+                    s.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+                )
+            })
+            .filter_map(|s| s.status.as_ref()?.placement.as_ref())
+            .filter(|p| p.topology.get(&term.topology_key) == Some(value))
+            .count();
+        match term.mode {
+            AffinityMode::Required => conflicts.required += clashing,
+            AffinityMode::Preferred => conflicts.preferred += clashing,
+        }
+    }
+    conflicts
+}
+
+fn load(input: &Input<'_>, provider: &str, failure_domain: Option<&str>) -> usize {
+    let my_name = input.vm.metadata.name.as_deref();
+    input
+        .siblings
+        .iter()
+        .filter(|s| s.metadata.name.as_deref() != my_name)
+        .filter_map(|s| s.status.as_ref()?.placement.as_ref())
+        .filter(|p| p.provider == provider && p.failure_domain.as_deref() == failure_domain)
+        .count()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,363 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::jiff::Timestamp;
+use proptest::prelude::*;
+
+use super::*;
+use crate::api::common::{LocalObjectReference, ProviderClass};
+use crate::api::provider::{Capabilities, ClassMapping, Connection, ProviderSpec, ProviderStatus};
+use crate::api::virtual_machine::{
+    AntiAffinityTerm, NetworkInterface, Placement, VirtualMachineSpec, VirtualMachineStatus,
+};
+use crate::api::vm_class::OsDisk;
+use crate::api::vm_image::{ImageSources, OsFamily, OsInfo, SimImageSource, VMImageSpec};
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn ready() -> Vec<Condition> {
+    vec![Condition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        reason: "Ready".into(),
+        message: String::new(),
+        observed_generation: None,
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+    }]
+}
+
+fn fd(name: &str, zone: &str) -> DiscoveredFailureDomain {
+    DiscoveredFailureDomain {
+        name: name.into(),
+        labels: labels(&[("zone", zone)]),
+        storage_classes: vec!["fast".into()],
+        network_classes: vec!["frontend".into()],
+        ..Default::default()
+    }
+}
+
+fn provider(name: &str, class: ProviderClass, domains: Vec<DiscoveredFailureDomain>) -> Provider {
+    let mut p = Provider::new(
+        name,
+        ProviderSpec {
+            class,
+            connection: Connection {
+                endpoint: "sim://x".into(),
+                ..Default::default()
+            },
+            capabilities: Capabilities {
+                storage_classes: vec![ClassMapping {
+                    name: "fast".into(),
+                    target: labels(&[("pool", "default")]),
+                }],
+                network_classes: vec![ClassMapping {
+                    name: "frontend".into(),
+                    target: labels(&[("network", "default")]),
+                }],
+                features: vec![],
+            },
+            failure_domains: vec![],
+            settings: BTreeMap::new(),
+            paused: false,
+        },
+    );
+    p.metadata.namespace = Some("ns".into());
+    p.metadata.labels = Some(labels(&[("region", "east")]));
+    p.status = Some(ProviderStatus {
+        conditions: ready(),
+        failure_domains: domains,
+        ..Default::default()
+    });
+    p
+}
+
+fn image() -> VMImage {
+    VMImage::new(
+        "img",
+        VMImageSpec {
+            os: OsInfo {
+                family: OsFamily::Linux,
+                distribution: "debian".into(),
+                version: "13".into(),
+            },
+            architecture: Default::default(),
+            bootstrap_formats: vec![],
+            sources: ImageSources {
+                sim: Some(SimImageSource {
+                    name: "debian".into(),
+                }),
+                ..Default::default()
+            },
+        },
+    )
+}
+
+fn class() -> VMClassSpec {
+    VMClassSpec {
+        cpus: 1,
+        cores_per_socket: None,
+        memory_mib: 512,
+        firmware: Default::default(),
+        disk: OsDisk {
+            size_gib: 1,
+            provisioning: Default::default(),
+            storage_class: Some("fast".into()),
+        },
+        required_features: vec![],
+    }
+}
+
+fn vm(name: &str, placement: Placement) -> VirtualMachine {
+    let mut vm = VirtualMachine::new(
+        name,
+        VirtualMachineSpec {
+            class_ref: LocalObjectReference::new("c"),
+            image_ref: LocalObjectReference::new("img"),
+            placement,
+            power_state: Default::default(),
+            bootstrap: None,
+            networks: vec![NetworkInterface {
+                name: "eth0".into(),
+                network_class: "frontend".into(),
+                ..Default::default()
+            }],
+            disks: vec![],
+            migration: Default::default(),
+        },
+    );
+    vm.metadata.namespace = Some("ns".into());
+    vm.metadata.labels = Some(labels(&[("app", "web")]));
+    vm
+}
+
+fn placed(mut vm: VirtualMachine, target: &Target) -> VirtualMachine {
+    vm.status = Some(VirtualMachineStatus {
+        placement: Some(target.to_status(None)),
+        ..Default::default()
+    });
+    vm
+}
+
+fn sim(name: &str) -> Provider {
+    provider(name, ProviderClass::Sim, vec![fd("a", "za"), fd("b", "zb")])
+}
+
+fn decide(vm: &VirtualMachine, providers: &[Provider], siblings: &[VirtualMachine]) -> Decision {
+    let (class, image) = (class(), image());
+    schedule(&Input {
+        vm,
+        class: &class,
+        image: &image,
+        providers,
+        siblings,
+    })
+}
+
+fn target_of(decision: Decision) -> Target {
+    match decision {
+        Decision::Place(t) => t,
+        other => panic!("expected a placement, got {other:?}"),
+    }
+}
+
+#[test]
+fn explicit_provider_and_spread_over_domains() {
+    let providers = [sim("p1"), sim("p2")];
+    let placement = Placement {
+        provider_ref: Some(LocalObjectReference::new("p2")),
+        ..Default::default()
+    };
+    let first = target_of(decide(&vm("v1", placement.clone()), &providers, &[]));
+    assert_eq!(
+        (first.provider.as_str(), first.failure_domain.as_deref()),
+        ("p2", Some("a"))
+    );
+    let siblings = [placed(vm("v1", placement.clone()), &first)];
+    let second = target_of(decide(&vm("v2", placement), &providers, &siblings));
+    assert_eq!(
+        second.failure_domain.as_deref(),
+        Some("b"),
+        "the emptier domain wins"
+    );
+    assert_eq!(
+        second
+            .topology
+            .get(PROVIDER_TOPOLOGY_KEY)
+            .map(String::as_str),
+        Some("p2")
+    );
+}
+
+#[test]
+fn unschedulable_reasons() {
+    let providers = [sim("p1")];
+    let missing = Placement {
+        provider_ref: Some(LocalObjectReference::new("nope")),
+        ..Default::default()
+    };
+    assert!(matches!(
+        decide(&vm("v", missing), &providers, &[]),
+        Decision::Unschedulable {
+            reason: "ProviderNotFound",
+            ..
+        }
+    ));
+
+    let mut not_ready = sim("p1");
+    not_ready.status.as_mut().unwrap().conditions.clear();
+    match decide(&vm("v", Placement::default()), &[not_ready], &[]) {
+        Decision::Unschedulable { reason, message } => {
+            assert_eq!(reason, "NoFeasibleProvider");
+            assert!(message.contains("p1: not Ready"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let vsphere = provider("vc", ProviderClass::Vsphere, vec![fd("a", "za")]);
+    match decide(&vm("v", Placement::default()), &[vsphere], &[]) {
+        Decision::Unschedulable { message, .. } => {
+            assert!(message.contains("image has no vsphere source"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let mut no_network = vm("v", Placement::default());
+    no_network.spec.networks[0].network_class = "backend".into();
+    match decide(&no_network, &providers, &[]) {
+        Decision::Unschedulable { message, .. } => assert!(
+            message.contains("network class \"backend\" not offered"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn selectors_filter_providers_and_domains() {
+    let mut west = sim("west");
+    west.metadata.labels = Some(labels(&[("region", "west")]));
+    let providers = [sim("east"), west];
+    let placement = Placement {
+        provider_selector: Some(LabelSelector {
+            match_labels: Some(labels(&[("region", "west")])),
+            ..Default::default()
+        }),
+        failure_domain_selector: Some(LabelSelector {
+            match_labels: Some(labels(&[("zone", "zb")])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let target = target_of(decide(&vm("v", placement), &providers, &[]));
+    assert_eq!(
+        (target.provider.as_str(), target.failure_domain.as_deref()),
+        ("west", Some("b"))
+    );
+}
+
+#[test]
+fn required_anti_affinity_spreads_and_then_blocks() {
+    let providers = [sim("p1")];
+    let placement = Placement {
+        anti_affinity: vec![AntiAffinityTerm {
+            label_selector: LabelSelector {
+                match_labels: Some(labels(&[("app", "web")])),
+                ..Default::default()
+            },
+            topology_key: "zone".into(),
+            mode: AffinityMode::Required,
+        }],
+        ..Default::default()
+    };
+    let t1 = target_of(decide(&vm("v1", placement.clone()), &providers, &[]));
+    let s1 = placed(vm("v1", placement.clone()), &t1);
+    let t2 = target_of(decide(
+        &vm("v2", placement.clone()),
+        &providers,
+        std::slice::from_ref(&s1),
+    ));
+    assert_ne!(t1.failure_domain, t2.failure_domain);
+    let s2 = placed(vm("v2", placement.clone()), &t2);
+    assert!(matches!(
+        decide(&vm("v3", placement.clone()), &providers, &[s1.clone(), s2]),
+        Decision::Unschedulable { .. }
+    ));
+    // The VM never conflicts with itself.
+    assert_eq!(
+        decide(&s1, &providers, std::slice::from_ref(&s1)),
+        Decision::Keep
+    );
+}
+
+#[test]
+fn placement_is_sticky_until_it_stops_matching() {
+    let providers = [sim("p1"), sim("p2")];
+    let target = target_of(decide(&vm("v", Placement::default()), &providers, &[]));
+    let placed_vm = placed(vm("v", Placement::default()), &target);
+    // A new, emptier Provider does not attract it; neither does its Provider going down.
+    let mut down = sim(&target.provider);
+    down.status.as_mut().unwrap().conditions.clear();
+    assert_eq!(decide(&placed_vm, &[down, sim("p0")], &[]), Decision::Keep);
+    // Changing providerRef moves it.
+    let mut moved = placed_vm.clone();
+    moved.spec.placement.provider_ref = Some(LocalObjectReference::new("p2"));
+    assert_eq!(target_of(decide(&moved, &providers, &[])).provider, "p2");
+    // So does its Provider disappearing.
+    assert!(matches!(
+        decide(&placed_vm, &[sim("other")], &[]),
+        Decision::Place(_)
+    ));
+}
+
+fn arb_providers() -> impl Strategy<Value = Vec<Provider>> {
+    proptest::collection::vec((0u8..4, any::<bool>(), 0usize..3), 1..5).prop_map(|specs| {
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (region, ready_flag, domains))| {
+                let mut p = sim(&format!("p{i}"));
+                p.metadata.labels = Some(labels(&[(
+                    "region",
+                    ["east", "west", "north", "south"][region as usize],
+                )]));
+                let status = p.status.as_mut().unwrap();
+                if !ready_flag {
+                    status.conditions.clear();
+                }
+                status.failure_domains.truncate(domains);
+                p
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    /// Same input, same answer; and whatever is chosen satisfies the placement.
+    #[test]
+    fn deterministic_and_feasible(providers in arb_providers(), region in 0u8..4, count in 0usize..6) {
+        let region = ["east", "west", "north", "south"][region as usize];
+        let placement = Placement {
+            provider_selector: Some(LabelSelector { match_labels: Some(labels(&[("region", region)])), ..Default::default() }),
+            ..Default::default()
+        };
+        let mut siblings = Vec::new();
+        for i in 0..count {
+            let v = vm(&format!("v{i}"), placement.clone());
+            let decision = decide(&v, &providers, &siblings);
+            prop_assert_eq!(&decision, &decide(&v, &providers, &siblings));
+            if let Decision::Place(t) = decision {
+                let p = providers.iter().find(|p| p.metadata.name.as_deref() == Some(t.provider.as_str())).unwrap();
+                prop_assert_eq!(p.metadata.labels.as_ref().unwrap().get("region").map(String::as_str), Some(region));
+                prop_assert!(conditions::is_true(&p.status.as_ref().unwrap().conditions, "Ready"));
+                let placed_vm = placed(v.clone(), &t);
+                prop_assert_eq!(decide(&placed_vm, &providers, &siblings), Decision::Keep, "sticky once placed");
+                siblings.push(placed_vm);
+            }
+        }
+    }
+}
