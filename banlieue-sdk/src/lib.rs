@@ -32,8 +32,11 @@
 
 pub mod api;
 pub mod backend;
+pub mod build;
 pub mod conditions;
+pub mod contract;
 pub mod crds;
 pub mod scheduling;
+pub mod status;
 
 pub use async_trait::async_trait;

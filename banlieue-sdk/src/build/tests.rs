@@ -1,0 +1,288 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::api::common::{Ipam, IpamMode, PowerState};
+use crate::api::provider::{
+    Capabilities, ClassMapping, Connection, DeclaredFailureDomain, ProviderSpec,
+};
+use crate::api::virtual_machine::{DataDisk, NetworkInterface, VirtualMachineSpec};
+use crate::api::vm_class::OsDisk;
+use crate::api::vm_image::{
+    ImageSources, OsFamily, OsInfo, ProxmoxImageSource, SimImageSource, VMImageSpec,
+    VSphereImageSource,
+};
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn provider(class: ProviderClass, settings: &[(&str, &str)]) -> Provider {
+    Provider::new(
+        "p",
+        ProviderSpec {
+            class,
+            connection: Connection {
+                endpoint: "https://x/sdk".into(),
+                ..Default::default()
+            },
+            capabilities: Capabilities {
+                storage_classes: vec![
+                    ClassMapping {
+                        name: "fast".into(),
+                        target: map(&[
+                            ("datastore", "nvme"),
+                            ("storage", "local-lvm"),
+                            ("pool", "ssd"),
+                        ]),
+                    },
+                    ClassMapping {
+                        name: "bulk".into(),
+                        target: map(&[("datastore", "sata"), ("storage", "ceph"), ("pool", "hdd")]),
+                    },
+                ],
+                network_classes: vec![ClassMapping {
+                    name: "frontend".into(),
+                    target: map(&[
+                        ("portGroup", "pg-120"),
+                        ("bridge", "vmbr0"),
+                        ("vlan", "120"),
+                    ]),
+                }],
+                features: vec![],
+            },
+            failure_domains: vec![DeclaredFailureDomain {
+                name: "east-a".into(),
+                labels: BTreeMap::new(),
+                location: map(&[("datacenter", "dc1"), ("cluster", "c1"), ("node", "pve1")]),
+            }],
+            settings: settings
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            paused: false,
+        },
+    )
+}
+
+fn vm() -> VirtualMachine {
+    let mut vm = VirtualMachine::new(
+        "web-1",
+        VirtualMachineSpec {
+            class_ref: LocalObjectReference::new("small"),
+            image_ref: LocalObjectReference::new("ubuntu"),
+            placement: Default::default(),
+            power_state: PowerState::PoweredOff,
+            bootstrap: None,
+            networks: vec![NetworkInterface {
+                name: "eth0".into(),
+                network_class: "frontend".into(),
+                ipam: Ipam {
+                    mode: IpamMode::Static,
+                    addresses: vec!["10.0.0.5/24".into()],
+                    ..Default::default()
+                },
+                ..Default::default()
+            }],
+            disks: vec![DataDisk {
+                name: "data".into(),
+                size_gib: 50,
+                storage_class: Some("bulk".into()),
+                provisioning: Default::default(),
+            }],
+            migration: Default::default(),
+        },
+    );
+    vm.metadata.namespace = Some("ns".into());
+    vm.metadata.uid = Some("uid-1".into());
+    vm.metadata.labels = Some(map(&[("app", "web")]));
+    vm
+}
+
+fn image() -> VMImage {
+    VMImage::new(
+        "ubuntu",
+        VMImageSpec {
+            os: OsInfo {
+                family: OsFamily::Linux,
+                distribution: "ubuntu".into(),
+                version: "24.04".into(),
+            },
+            architecture: Default::default(),
+            bootstrap_formats: vec![],
+            sources: ImageSources {
+                vsphere: Some(VSphereImageSource {
+                    template: Some("/dc1/vm/ubuntu".into()),
+                    content_library_item: None,
+                }),
+                proxmox: Some(ProxmoxImageSource {
+                    template_id: Some(9000),
+                    volume: None,
+                }),
+                sim: Some(SimImageSource {
+                    name: "ubuntu".into(),
+                }),
+                ..Default::default()
+            },
+        },
+    )
+}
+
+fn class() -> VMClassSpec {
+    VMClassSpec {
+        cpus: 4,
+        cores_per_socket: Some(2),
+        memory_mib: 4096,
+        firmware: Default::default(),
+        disk: OsDisk {
+            size_gib: 20,
+            provisioning: Default::default(),
+            storage_class: Some("fast".into()),
+        },
+        required_features: vec![],
+    }
+}
+
+fn build(provider: &Provider) -> Result<InfraMachine, BuildError> {
+    let (vm, image, class) = (vm(), image(), class());
+    let target = Target {
+        provider: "p".into(),
+        class: provider.spec.class,
+        failure_domain: Some("east-a".into()),
+        topology: BTreeMap::new(),
+    };
+    infra_machine(&Input {
+        vm: &vm,
+        class: &class,
+        image: &image,
+        provider,
+        target: &target,
+        bootstrap_secret: Some("web-1-bootstrap"),
+    })
+}
+
+#[test]
+fn vsphere_machine_is_fully_resolved_and_owned() {
+    let InfraMachine::VSphere(m) = build(&provider(ProviderClass::Vsphere, &[])).unwrap() else {
+        panic!("kind")
+    };
+    let owner = &m.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("VirtualMachine", "uid-1", Some(true))
+    );
+    let labels = m.metadata.labels.as_ref().unwrap();
+    assert_eq!(
+        labels.get(VIRTUAL_MACHINE_LABEL).map(String::as_str),
+        Some("web-1")
+    );
+    assert_eq!(
+        labels.get("app").map(String::as_str),
+        Some("web"),
+        "the VM's labels carry over"
+    );
+    assert_eq!(
+        m.metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .get(FAILURE_DOMAIN_ANNOTATION)
+            .map(String::as_str),
+        Some("east-a")
+    );
+    assert_eq!(m.spec.template, "/dc1/vm/ubuntu");
+    assert_eq!(
+        (m.spec.datacenter.as_deref(), m.spec.cluster.as_deref()),
+        (Some("dc1"), Some("c1"))
+    );
+    assert_eq!(m.spec.datastore.as_deref(), Some("nvme"));
+    assert_eq!(
+        m.spec.additional_disks[0].storage.as_deref(),
+        Some("sata"),
+        "data disks keep their own class"
+    );
+    assert_eq!(m.spec.network[0].network_name, "pg-120");
+    assert_eq!(m.spec.network[0].ipam.addresses, ["10.0.0.5/24"]);
+    assert_eq!(
+        (
+            m.spec.num_cpus,
+            m.spec.num_cores_per_socket,
+            m.spec.memory_mib
+        ),
+        (4, Some(2), 4096)
+    );
+    assert_eq!(m.spec.power_state, PowerState::PoweredOff);
+    assert_eq!(
+        m.spec.bootstrap.as_ref().unwrap().data_secret_name,
+        "web-1-bootstrap"
+    );
+    assert!(
+        m.spec.provider_id.is_none(),
+        "providerID is the machine controller's to set"
+    );
+}
+
+#[test]
+fn proxmox_machine_uses_node_bridge_and_vlan() {
+    let InfraMachine::Proxmox(m) = build(&provider(ProviderClass::Proxmox, &[])).unwrap() else {
+        panic!("kind")
+    };
+    assert_eq!(
+        (m.spec.template_id, m.spec.target_node.as_deref()),
+        (9000, Some("pve1"))
+    );
+    assert_eq!((m.spec.sockets, m.spec.cores), (2, 2));
+    assert_eq!(m.spec.storage.as_deref(), Some("local-lvm"));
+    assert_eq!(
+        (m.spec.network[0].bridge.as_str(), m.spec.network[0].vlan),
+        ("vmbr0", Some(120))
+    );
+}
+
+#[test]
+fn sim_provider_builds_the_kind_it_is_told() {
+    let libvirt = build(&provider(ProviderClass::Sim, &[])).unwrap();
+    assert_eq!(libvirt.kind(), InfraMachineKind::Libvirt, "default");
+    let InfraMachine::Libvirt(m) = libvirt else {
+        panic!()
+    };
+    assert_eq!(m.spec.image.path.as_deref(), Some("/sim/images/ubuntu"));
+    assert_eq!(m.spec.storage_pool, "ssd");
+    let vsphere = build(&provider(
+        ProviderClass::Sim,
+        &[("machineKind", "VSphereMachine")],
+    ))
+    .unwrap();
+    assert_eq!(vsphere.kind(), InfraMachineKind::VSphere);
+    let err = build(&provider(ProviderClass::Sim, &[("machineKind", "Pod")])).unwrap_err();
+    assert_eq!(err.reason, "InvalidProviderSettings");
+}
+
+#[test]
+fn undeclared_classes_are_reported() {
+    let mut p = provider(ProviderClass::Libvirt, &[]);
+    p.spec.capabilities.network_classes.clear();
+    let err = build(&p).unwrap_err();
+    assert_eq!(err.reason, "ClassNotOffered");
+    assert!(
+        err.message.contains("network class \"frontend\""),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn every_kind_serializes_with_its_api_version() {
+    for (class, kind) in [
+        (ProviderClass::Vsphere, "VSphereMachine"),
+        (ProviderClass::Proxmox, "ProxmoxMachine"),
+        (ProviderClass::Libvirt, "LibvirtMachine"),
+        (ProviderClass::Sim, "LibvirtMachine"),
+    ] {
+        let json = serde_json::to_value(build(&provider(class, &[])).unwrap()).unwrap();
+        assert_eq!(json["kind"], kind);
+        assert_eq!(json["apiVersion"], "infrastructure.banlieue.io/v1alpha1");
+    }
+}

@@ -1,0 +1,281 @@
+//! Infrastructure machine status from what the backend said.
+//!
+//! `Ready` is always present. Its reasons: `Ready`; the backend's pending operation
+//! (`Creating`, `PoweringOn`, ...); `PowerStateMismatch`; a waiting reason
+//! (`ProviderNotFound`, `ProviderNotReady`, `BootstrapDataNotFound`, ...); a transient
+//! backend reason (`Unreachable`, ...) while banlieue retries; and **`TerminalFailure`**
+//! (message `<backend reason>: <backend message>`) when retrying cannot help until the
+//! spec or the backend changes.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::common::PowerState;
+use crate::api::infra::{Initialization, MachineStatus};
+use crate::backend::{BackendError, MachineObservation};
+use crate::conditions::{self, Desired, Status, types};
+
+/// The `Ready` reason of a terminal backend failure (CAPI's "terminal failure" rule).
+pub const TERMINAL_FAILURE: &str = "TerminalFailure";
+
+/// What the machine controller learned in one reconcile.
+#[derive(Clone, Copy, Debug)]
+pub enum Outcome<'a> {
+    /// The backend answered.
+    Observed(&'a MachineObservation),
+    /// The backend failed.
+    Failed(&'a BackendError),
+    /// Something the machine needs is not there yet.
+    Waiting {
+        /// CamelCase reason.
+        reason: &'a str,
+        /// What is missing.
+        message: &'a str,
+    },
+    /// Reconciliation is paused (Provider, Cluster or annotation).
+    Paused {
+        /// Why.
+        message: &'a str,
+    },
+}
+
+/// The status after one reconcile.
+pub fn compute(
+    previous: Option<&MachineStatus>,
+    desired_power: PowerState,
+    generation: Option<i64>,
+    outcome: Outcome<'_>,
+    now: &Time,
+) -> MachineStatus {
+    let mut status = previous.cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    let set = |status: &mut MachineStatus, d: Desired<'_>| {
+        conditions::set(&mut status.conditions, d, generation, now)
+    };
+    if !matches!(outcome, Outcome::Paused { .. }) {
+        set(
+            &mut status,
+            Desired::new(types::PAUSED, Status::False, "NotPaused"),
+        );
+    }
+    match outcome {
+        Outcome::Observed(observation) => {
+            let provisioned = status
+                .initialization
+                .as_ref()
+                .and_then(|i| i.provisioned)
+                .unwrap_or(false)
+                || observation.provider_id.is_some();
+            status.initialization = Some(Initialization {
+                provisioned: Some(provisioned),
+            });
+            status.addresses = observation.addresses.clone();
+            status.failure_domain = observation
+                .failure_domain
+                .clone()
+                .or(status.failure_domain.take());
+            status.power_state = observation.power_state;
+            status.backend_ref = observation
+                .backend_ref
+                .clone()
+                .or(status.backend_ref.take());
+            let (ready, reason, message) = if observation.settled_at(desired_power) {
+                (Status::True, "Ready".to_owned(), String::new())
+            } else if let Some(pending) = &observation.pending {
+                (
+                    Status::False,
+                    pending.operation.clone(),
+                    pending
+                        .task
+                        .clone()
+                        .map(|t| format!("task {t}"))
+                        .unwrap_or_default(),
+                )
+            } else {
+                (
+                    Status::False,
+                    "PowerStateMismatch".to_owned(),
+                    format!(
+                        "want {desired_power:?}, backend reports {:?}",
+                        observation.power_state
+                    ),
+                )
+            };
+            set(
+                &mut status,
+                Desired::new(types::READY, ready, &reason).message(&message),
+            );
+        }
+        Outcome::Failed(error) => {
+            let (reason, message) = if error.is_transient() {
+                (error.reason.clone(), error.message.clone())
+            } else {
+                (
+                    TERMINAL_FAILURE.to_owned(),
+                    format!("{}: {}", error.reason, error.message),
+                )
+            };
+            set(
+                &mut status,
+                Desired::new(types::READY, Status::False, &reason).message(&message),
+            );
+        }
+        Outcome::Waiting { reason, message } => {
+            set(
+                &mut status,
+                Desired::new(types::READY, Status::False, reason).message(message),
+            );
+        }
+        Outcome::Paused { message } => {
+            set(
+                &mut status,
+                Desired::new(types::PAUSED, Status::True, "Paused").message(message),
+            );
+            if conditions::get(&status.conditions, types::READY).is_none() {
+                set(
+                    &mut status,
+                    Desired::new(types::READY, Status::Unknown, "Paused"),
+                );
+            }
+        }
+    }
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::api::infra::{MachineAddress, MachineAddressType};
+    use crate::backend::Pending;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn now(s: i64) -> Time {
+        Time(Timestamp::from_second(s).unwrap())
+    }
+
+    fn running() -> MachineObservation {
+        MachineObservation {
+            provider_id: Some("libvirt://1".into()),
+            power_state: Some(PowerState::PoweredOn),
+            addresses: vec![MachineAddress {
+                type_: MachineAddressType::InternalIp,
+                address: "10.0.0.2".into(),
+            }],
+            failure_domain: Some("a".into()),
+            backend_ref: Some("dom-1".into()),
+            pending: None,
+        }
+    }
+
+    fn ready(status: &MachineStatus) -> (&str, &str) {
+        let c = conditions::get(&status.conditions, "Ready").unwrap();
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn pending_then_ready_then_stable() {
+        let creating = MachineObservation {
+            pending: Some(Pending {
+                operation: "Creating".into(),
+                task: Some("t1".into()),
+                retry_after: Duration::from_secs(1),
+            }),
+            provider_id: None,
+            power_state: None,
+            ..Default::default()
+        };
+        let s1 = compute(
+            None,
+            PowerState::PoweredOn,
+            Some(1),
+            Outcome::Observed(&creating),
+            &now(1),
+        );
+        assert_eq!(ready(&s1), ("False", "Creating"));
+        assert_eq!(s1.initialization.as_ref().unwrap().provisioned, Some(false));
+        let s2 = compute(
+            Some(&s1),
+            PowerState::PoweredOn,
+            Some(1),
+            Outcome::Observed(&running()),
+            &now(2),
+        );
+        assert_eq!(ready(&s2), ("True", "Ready"));
+        assert_eq!(s2.initialization.as_ref().unwrap().provisioned, Some(true));
+        assert_eq!(s2.addresses.len(), 1);
+        assert_eq!(
+            compute(
+                Some(&s2),
+                PowerState::PoweredOn,
+                Some(1),
+                Outcome::Observed(&running()),
+                &now(9)
+            ),
+            s2
+        );
+    }
+
+    #[test]
+    fn provisioned_never_flips_back_and_errors_are_classified() {
+        let s = compute(
+            None,
+            PowerState::PoweredOn,
+            Some(1),
+            Outcome::Observed(&running()),
+            &now(1),
+        );
+        let transient = BackendError::transient("Unreachable", "connection reset");
+        let s = compute(
+            Some(&s),
+            PowerState::PoweredOn,
+            Some(1),
+            Outcome::Failed(&transient),
+            &now(2),
+        );
+        assert_eq!(ready(&s), ("False", "Unreachable"));
+        assert_eq!(s.initialization.as_ref().unwrap().provisioned, Some(true));
+        let terminal = BackendError::terminal("TemplateNotFound", "no template ubuntu");
+        let s = compute(
+            Some(&s),
+            PowerState::PoweredOn,
+            Some(1),
+            Outcome::Failed(&terminal),
+            &now(3),
+        );
+        assert_eq!(ready(&s), ("False", TERMINAL_FAILURE));
+        assert!(
+            conditions::get(&s.conditions, "Ready")
+                .unwrap()
+                .message
+                .contains("TemplateNotFound: no template")
+        );
+    }
+
+    #[test]
+    fn power_mismatch_and_pause() {
+        let s = compute(
+            None,
+            PowerState::PoweredOff,
+            Some(1),
+            Outcome::Observed(&running()),
+            &now(1),
+        );
+        assert_eq!(ready(&s), ("False", "PowerStateMismatch"));
+        let p = compute(
+            Some(&s),
+            PowerState::PoweredOff,
+            Some(1),
+            Outcome::Paused {
+                message: "cluster paused",
+            },
+            &now(2),
+        );
+        assert!(conditions::is_true(&p.conditions, "Paused"));
+        assert_eq!(
+            ready(&p),
+            ("False", "PowerStateMismatch"),
+            "pausing keeps the last Ready"
+        );
+    }
+}

@@ -1,0 +1,236 @@
+//! Provider status from a backend check.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::provider::{ClassMapping, DiscoveredFailureDomain, ProviderSpec, ProviderStatus};
+use crate::backend::{FailureDomainInventory, Inventory};
+use crate::conditions::{self, Desired, Status, types};
+
+/// Why a Provider could not be checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreachable {
+    /// CamelCase reason (`CredentialsNotFound`, `Unauthorized`, `Unreachable`, ...).
+    pub reason: String,
+    /// What happened; never contains secret values.
+    pub message: String,
+}
+
+/// The status after a check.
+pub fn compute(
+    previous: Option<&ProviderStatus>,
+    spec: &ProviderSpec,
+    generation: Option<i64>,
+    result: Result<&Inventory, &Unreachable>,
+    now: &Time,
+) -> ProviderStatus {
+    let mut status = previous.cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    match result {
+        Ok(inventory) => {
+            status.version = Some(inventory.version.clone()).filter(|v| !v.is_empty());
+            status.failure_domains = failure_domains(spec, inventory);
+            conditions::set(
+                &mut status.conditions,
+                Desired::new(types::REACHABLE, Status::True, "Connected"),
+                generation,
+                now,
+            );
+            let (ready, reason, message) = if spec.paused {
+                (Status::False, "Paused", "spec.paused is set".to_owned())
+            } else if status.failure_domains.is_empty() && !inventory.failure_domains.is_empty() {
+                (
+                    Status::False,
+                    "NoFailureDomains",
+                    "none of the declared failure domains exists on the backend".to_owned(),
+                )
+            } else {
+                (Status::True, "Ready", String::new())
+            };
+            conditions::set(
+                &mut status.conditions,
+                Desired::new(types::READY, ready, reason).message(&message),
+                generation,
+                now,
+            );
+        }
+        Err(failure) => {
+            // Keep the last known inventory: a blip must not make every VM unschedulable-looking.
+            conditions::set(
+                &mut status.conditions,
+                Desired::new(types::REACHABLE, Status::False, &failure.reason)
+                    .message(&failure.message),
+                generation,
+                now,
+            );
+            conditions::set(
+                &mut status.conditions,
+                Desired::new(types::READY, Status::False, &failure.reason)
+                    .message(&failure.message),
+                generation,
+                now,
+            );
+        }
+    }
+    status
+}
+
+/// Declared failure domains (spec) win over discovered ones by name; each gets the
+/// classes whose every target key/value the backend reports there.
+fn failure_domains(spec: &ProviderSpec, inventory: &Inventory) -> Vec<DiscoveredFailureDomain> {
+    let discovered = |fd: &FailureDomainInventory| DiscoveredFailureDomain {
+        name: fd.name.clone(),
+        labels: fd.labels.clone(),
+        storage_classes: offered(&spec.capabilities.storage_classes, fd),
+        network_classes: offered(&spec.capabilities.network_classes, fd),
+        features: fd
+            .features
+            .iter()
+            .filter(|f| spec.capabilities.features.contains(f))
+            .cloned()
+            .collect(),
+        location: fd.location.clone(),
+    };
+    if spec.failure_domains.is_empty() {
+        return inventory.failure_domains.iter().map(discovered).collect();
+    }
+    spec.failure_domains
+        .iter()
+        .filter_map(|declared| {
+            let found = inventory.failure_domains.iter().find(|fd| {
+                fd.name == declared.name
+                    || (!declared.location.is_empty()
+                        && declared
+                            .location
+                            .iter()
+                            .all(|(k, v)| fd.location.get(k) == Some(v)))
+            })?;
+            let mut fd = discovered(found);
+            fd.name = declared.name.clone();
+            fd.labels.extend(declared.labels.clone());
+            fd.location.extend(declared.location.clone());
+            Some(fd)
+        })
+        .collect()
+}
+
+fn offered(mappings: &[ClassMapping], fd: &FailureDomainInventory) -> Vec<String> {
+    mappings
+        .iter()
+        .filter(|m| {
+            m.target
+                .iter()
+                .all(|(k, v)| fd.resources.get(k).is_some_and(|values| values.contains(v)))
+        })
+        .map(|m| m.name.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use super::*;
+    use crate::api::common::ProviderClass;
+    use crate::api::provider::{Capabilities, Connection, DeclaredFailureDomain};
+    use k8s_openapi::jiff::Timestamp;
+
+    fn now(s: i64) -> Time {
+        Time(Timestamp::from_second(s).unwrap())
+    }
+
+    fn spec() -> ProviderSpec {
+        ProviderSpec {
+            class: ProviderClass::Sim,
+            connection: Connection {
+                endpoint: "sim://a".into(),
+                ..Default::default()
+            },
+            capabilities: Capabilities {
+                storage_classes: vec![ClassMapping {
+                    name: "fast".into(),
+                    target: BTreeMap::from([("pool".into(), "ssd".into())]),
+                }],
+                network_classes: vec![ClassMapping {
+                    name: "lan".into(),
+                    target: BTreeMap::from([("network".into(), "default".into())]),
+                }],
+                features: vec!["gpu".into()],
+            },
+            failure_domains: vec![],
+            settings: BTreeMap::new(),
+            paused: false,
+        }
+    }
+
+    fn inventory() -> Inventory {
+        let fd = |name: &str, pools: &[&str]| FailureDomainInventory {
+            name: name.into(),
+            resources: BTreeMap::from([
+                (
+                    "pool".into(),
+                    pools.iter().map(|p| p.to_string()).collect::<BTreeSet<_>>(),
+                ),
+                ("network".into(), BTreeSet::from(["default".to_string()])),
+            ]),
+            features: BTreeSet::from(["gpu".to_string(), "undeclared".to_string()]),
+            ..Default::default()
+        };
+        Inventory {
+            version: "sim 1".into(),
+            failure_domains: vec![fd("a", &["ssd"]), fd("b", &["hdd"])],
+        }
+    }
+
+    #[test]
+    fn classes_are_offered_where_their_targets_exist() {
+        let status = compute(None, &spec(), Some(1), Ok(&inventory()), &now(1));
+        let a = &status.failure_domains[0];
+        assert_eq!(
+            (a.storage_classes.clone(), a.network_classes.clone()),
+            (vec!["fast".to_string()], vec!["lan".to_string()])
+        );
+        assert!(status.failure_domains[1].storage_classes.is_empty());
+        assert_eq!(a.features, ["gpu"], "only declared features are published");
+        assert!(conditions::is_true(&status.conditions, "Ready"));
+        assert_eq!(status.version.as_deref(), Some("sim 1"));
+    }
+
+    #[test]
+    fn declared_domains_rename_and_label() {
+        let mut spec = spec();
+        spec.failure_domains = vec![DeclaredFailureDomain {
+            name: "zone-1".into(),
+            labels: BTreeMap::from([("zone".into(), "1".into())]),
+            location: BTreeMap::new(),
+        }];
+        let status = compute(None, &spec, Some(1), Ok(&inventory()), &now(1));
+        assert!(status.failure_domains.is_empty());
+        assert!(!conditions::is_true(&status.conditions, "Ready"));
+        spec.failure_domains[0].name = "a".into();
+        let status = compute(None, &spec, Some(1), Ok(&inventory()), &now(1));
+        assert_eq!(
+            status.failure_domains[0]
+                .labels
+                .get("zone")
+                .map(String::as_str),
+            Some("1")
+        );
+    }
+
+    #[test]
+    fn unreachable_keeps_inventory_and_is_idempotent() {
+        let ok = compute(None, &spec(), Some(1), Ok(&inventory()), &now(1));
+        let failure = Unreachable {
+            reason: "Unreachable".into(),
+            message: "connection refused".into(),
+        };
+        let down = compute(Some(&ok), &spec(), Some(1), Err(&failure), &now(2));
+        assert_eq!(down.failure_domains, ok.failure_domains);
+        assert!(!conditions::is_true(&down.conditions, "Reachable"));
+        assert_eq!(
+            compute(Some(&down), &spec(), Some(1), Err(&failure), &now(3)),
+            down,
+            "same input, same status"
+        );
+    }
+}

@@ -1,0 +1,379 @@
+//! VirtualMachine status: scheduling, the infra machine's status mirrored back, power
+//! state, migration, and the `Ready` summary.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::common::{PowerState, TypedLocalObjectReference};
+use crate::api::infra::MachineStatus;
+use crate::api::virtual_machine::{ScheduledPlacement, VirtualMachinePhase, VirtualMachineStatus};
+use crate::conditions::{self, Desired, Status, types};
+
+use super::machine::TERMINAL_FAILURE;
+
+/// The scheduling outcome to record.
+#[derive(Clone, Copy, Debug)]
+pub enum Scheduling<'a> {
+    /// Placed here (new, kept, or the target of a move).
+    Placed(&'a ScheduledPlacement),
+    /// Cannot be placed, or its class/image/Provider is missing.
+    Unschedulable {
+        /// CamelCase reason (`ClassNotFound`, `ImageNotFound`, `NoFeasibleProvider`, ...).
+        reason: &'a str,
+        /// What to fix.
+        message: &'a str,
+    },
+}
+
+/// The infra machine as the VM controller sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Infra<'a> {
+    /// Reference to it.
+    pub reference: &'a TypedLocalObjectReference,
+    /// Its `spec.providerID`.
+    pub provider_id: Option<&'a str>,
+    /// Its status.
+    pub status: Option<&'a MachineStatus>,
+}
+
+/// A move in progress.
+#[derive(Clone, Copy, Debug)]
+pub struct Migration<'a> {
+    /// CamelCase step, e.g. `RemovingOldMachine`.
+    pub reason: &'a str,
+    /// Details (from where to where).
+    pub message: &'a str,
+}
+
+/// Everything the VM's status depends on.
+#[derive(Clone, Copy, Debug)]
+pub struct Input<'a> {
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// The desired power state.
+    pub desired_power: PowerState,
+    /// Scheduling outcome.
+    pub scheduling: Scheduling<'a>,
+    /// The infra machine, once it exists.
+    pub infra: Option<Infra<'a>>,
+    /// A move in progress.
+    pub migration: Option<Migration<'a>>,
+    /// The VM is being deleted.
+    pub deleting: bool,
+}
+
+/// The status after one reconcile.
+pub fn compute(
+    previous: Option<&VirtualMachineStatus>,
+    input: &Input<'_>,
+    now: &Time,
+) -> VirtualMachineStatus {
+    let mut status = previous.cloned().unwrap_or_default();
+    let generation = input.generation;
+    status.observed_generation = generation;
+    let set = |status: &mut VirtualMachineStatus, d: Desired<'_>| {
+        conditions::set(&mut status.conditions, d, generation, now)
+    };
+
+    let scheduled = match input.scheduling {
+        Scheduling::Placed(placement) => {
+            let unchanged = status
+                .placement
+                .as_ref()
+                .is_some_and(|p| same_place(p, placement));
+            if !unchanged {
+                status.placement = Some(ScheduledPlacement {
+                    scheduled_at: placement.scheduled_at.clone().or_else(|| Some(now.clone())),
+                    ..placement.clone()
+                });
+            }
+            let message = format!(
+                "on Provider {}{}",
+                placement.provider,
+                placement
+                    .failure_domain
+                    .as_deref()
+                    .map(|fd| format!(", failure domain {fd}"))
+                    .unwrap_or_default()
+            );
+            set(
+                &mut status,
+                Desired::new(types::SCHEDULED, Status::True, "Scheduled").message(&message),
+            );
+            true
+        }
+        Scheduling::Unschedulable { reason, message } => {
+            set(
+                &mut status,
+                Desired::new(types::SCHEDULED, Status::False, reason).message(message),
+            );
+            false
+        }
+    };
+
+    match &input.migration {
+        Some(m) => {
+            set(
+                &mut status,
+                Desired::new(types::MIGRATING, Status::True, m.reason).message(m.message),
+            );
+        }
+        None if conditions::get(&status.conditions, types::MIGRATING).is_some() => {
+            set(
+                &mut status,
+                Desired::new(types::MIGRATING, Status::False, "Completed"),
+            );
+        }
+        None => {}
+    }
+
+    let infra_ready = mirror_infra(&mut status, input.infra, input.migration.is_some());
+    match infra_ready {
+        Some((ready, reason, message)) => {
+            set(
+                &mut status,
+                Desired::new(types::INFRASTRUCTURE_READY, ready, &reason).message(&message),
+            );
+        }
+        None => {
+            set(
+                &mut status,
+                Desired::new(
+                    types::INFRASTRUCTURE_READY,
+                    Status::False,
+                    "WaitingForInfrastructure",
+                ),
+            );
+        }
+    }
+
+    let power_ok = status.power_state == Some(input.desired_power);
+    let power_message = format!(
+        "want {:?}, observed {:?}",
+        input.desired_power, status.power_state
+    );
+    set(
+        &mut status,
+        Desired::new(
+            types::POWER_STATE,
+            Status::from_bool(power_ok),
+            if power_ok { "Matches" } else { "Converging" },
+        )
+        .message(if power_ok { "" } else { &power_message }),
+    );
+
+    let infra_true = conditions::is_true(&status.conditions, types::INFRASTRUCTURE_READY);
+    let (ready, reason) = match () {
+        _ if input.deleting => (false, "Deleting"),
+        _ if !scheduled => (false, "NotScheduled"),
+        _ if input.migration.is_some() => (false, "Migrating"),
+        _ if !infra_true => (false, "InfrastructureNotReady"),
+        _ if !power_ok => (false, "PowerStateConverging"),
+        _ => (true, "Ready"),
+    };
+    set(
+        &mut status,
+        Desired::new(types::READY, Status::from_bool(ready), reason),
+    );
+    status.phase = Some(phase(&status, input, scheduled));
+    status
+}
+
+fn same_place(a: &ScheduledPlacement, b: &ScheduledPlacement) -> bool {
+    a.provider == b.provider
+        && a.failure_domain == b.failure_domain
+        && a.provider_class == b.provider_class
+}
+
+/// Copies the infra machine's state; returns the `InfrastructureReady` condition.
+fn mirror_infra(
+    status: &mut VirtualMachineStatus,
+    infra: Option<Infra<'_>>,
+    migrating: bool,
+) -> Option<(Status, String, String)> {
+    let Some(infra) = infra else {
+        if migrating {
+            status.addresses.clear();
+            status.power_state = None;
+            status.provider_id = None;
+        }
+        status.infrastructure_ref = None;
+        return None;
+    };
+    status.infrastructure_ref = Some(infra.reference.clone());
+    status.provider_id = infra.provider_id.map(str::to_owned);
+    let machine = infra.status.cloned().unwrap_or_default();
+    status.addresses = machine.addresses.clone();
+    status.power_state = machine.power_state;
+    let ready = conditions::get(&machine.conditions, types::READY);
+    Some(match ready {
+        Some(c) => {
+            let s = match c.status.as_str() {
+                "True" => Status::True,
+                "False" => Status::False,
+                _ => Status::Unknown,
+            };
+            (s, c.reason.clone(), c.message.clone())
+        }
+        None => (
+            Status::False,
+            "WaitingForInfrastructure".into(),
+            String::new(),
+        ),
+    })
+}
+
+fn phase(status: &VirtualMachineStatus, input: &Input<'_>, scheduled: bool) -> VirtualMachinePhase {
+    let infra_reason =
+        conditions::get(&status.conditions, types::INFRASTRUCTURE_READY).map(|c| c.reason.as_str());
+    if input.deleting {
+        VirtualMachinePhase::Deleting
+    } else if input.migration.is_some() {
+        VirtualMachinePhase::Migrating
+    } else if !scheduled {
+        VirtualMachinePhase::Pending
+    } else if infra_reason == Some(TERMINAL_FAILURE) {
+        VirtualMachinePhase::Failed
+    } else if status.provider_id.is_none() {
+        VirtualMachinePhase::Provisioning
+    } else {
+        match status.power_state {
+            Some(PowerState::PoweredOn) => VirtualMachinePhase::Running,
+            Some(PowerState::PoweredOff | PowerState::Suspended) => VirtualMachinePhase::Stopped,
+            None => VirtualMachinePhase::Provisioning,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::common::ProviderClass;
+    use crate::api::infra::{Initialization, MachineAddress, MachineAddressType};
+    use k8s_openapi::jiff::Timestamp;
+
+    fn now(s: i64) -> Time {
+        Time(Timestamp::from_second(s).unwrap())
+    }
+
+    fn placement() -> ScheduledPlacement {
+        ScheduledPlacement {
+            provider: "p".into(),
+            provider_class: Some(ProviderClass::Sim),
+            failure_domain: Some("a".into()),
+            ..Default::default()
+        }
+    }
+
+    fn reference() -> TypedLocalObjectReference {
+        TypedLocalObjectReference {
+            api_group: "infrastructure.banlieue.io".into(),
+            kind: "LibvirtMachine".into(),
+            name: "v".into(),
+        }
+    }
+
+    fn machine_ready() -> MachineStatus {
+        let mut s = MachineStatus {
+            initialization: Some(Initialization {
+                provisioned: Some(true),
+            }),
+            addresses: vec![MachineAddress {
+                type_: MachineAddressType::InternalIp,
+                address: "10.0.0.9".into(),
+            }],
+            power_state: Some(PowerState::PoweredOn),
+            ..Default::default()
+        };
+        conditions::set(
+            &mut s.conditions,
+            Desired::new("Ready", Status::True, "Ready"),
+            Some(1),
+            &now(0),
+        );
+        s
+    }
+
+    #[test]
+    fn ready_when_scheduled_infra_ready_and_power_matches() {
+        let p = placement();
+        let r = reference();
+        let m = machine_ready();
+        let input = Input {
+            generation: Some(3),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Placed(&p),
+            infra: Some(Infra {
+                reference: &r,
+                provider_id: Some("libvirt://x"),
+                status: Some(&m),
+            }),
+            migration: None,
+            deleting: false,
+        };
+        let s1 = compute(None, &input, &now(5));
+        assert!(
+            conditions::is_true(&s1.conditions, "Ready"),
+            "{:?}",
+            s1.conditions
+        );
+        assert_eq!(s1.phase, Some(VirtualMachinePhase::Running));
+        assert_eq!(s1.provider_id.as_deref(), Some("libvirt://x"));
+        assert_eq!(s1.addresses[0].address, "10.0.0.9");
+        assert_eq!(s1.placement.as_ref().unwrap().scheduled_at, Some(now(5)));
+        assert_eq!(
+            compute(Some(&s1), &input, &now(99)),
+            s1,
+            "no churn: scheduledAt and transition times stay"
+        );
+    }
+
+    #[test]
+    fn unschedulable_and_migrating_are_not_ready() {
+        let input = Input {
+            generation: Some(1),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Unschedulable {
+                reason: "ClassNotFound",
+                message: "VMClass \"x\" not found",
+            },
+            infra: None,
+            migration: None,
+            deleting: false,
+        };
+        let s = compute(None, &input, &now(1));
+        let scheduled = conditions::get(&s.conditions, "Scheduled").unwrap();
+        assert_eq!(
+            (scheduled.status.as_str(), scheduled.reason.as_str()),
+            ("False", "ClassNotFound")
+        );
+        assert_eq!(s.phase, Some(VirtualMachinePhase::Pending));
+
+        let p = placement();
+        let moving = Input {
+            scheduling: Scheduling::Placed(&p),
+            migration: Some(Migration {
+                reason: "RemovingOldMachine",
+                message: "p0 -> p",
+            }),
+            ..input
+        };
+        let s = compute(Some(&s), &moving, &now(2));
+        assert!(conditions::is_true(&s.conditions, "Migrating"));
+        assert_eq!(s.phase, Some(VirtualMachinePhase::Migrating));
+        assert!(!conditions::is_true(&s.conditions, "Ready"));
+        let done = compute(
+            Some(&s),
+            &Input {
+                migration: None,
+                ..moving
+            },
+            &now(3),
+        );
+        assert_eq!(
+            conditions::get(&done.conditions, "Migrating")
+                .unwrap()
+                .status,
+            "False"
+        );
+    }
+}
