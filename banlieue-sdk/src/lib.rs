@@ -35,6 +35,8 @@ pub mod backend;
 pub mod build;
 pub mod conditions;
 pub mod contract;
+#[cfg(feature = "controllers")]
+pub mod controllers;
 pub mod crds;
 pub mod scheduling;
 pub mod status;

@@ -13,8 +13,10 @@ use banlieue_sdk::backend::{
 use tokio::time::Instant;
 use tracing::debug;
 
+use crate::machine::{Kind, MIN_RETRY_AFTER, mix64};
 use crate::settings::{FaultKind, SimSettings};
-use crate::world::{Call, CreateError, FaultCounter, Kind, MIN_RETRY_AFTER, NewMachine, World, mix64};
+use crate::stats::{Call, FaultCounter};
+use crate::world::{CreateError, NewMachine, World};
 
 /// SplitMix64's increment (the golden ratio in 64 bits).
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -43,7 +45,11 @@ impl fmt::Debug for SimBackend {
 impl SimBackend {
     pub(crate) fn new(world: Arc<World>, settings: SimSettings) -> Self {
         let rng = AtomicU64::new(settings.seed);
-        Self { world, settings, rng }
+        Self {
+            world,
+            settings,
+            rng,
+        }
     }
 
     /// The settings this backend was connected with.
@@ -57,7 +63,11 @@ impl SimBackend {
     }
 
     fn next_u64(&self) -> u64 {
-        mix64(self.rng.fetch_add(GOLDEN, Ordering::Relaxed).wrapping_add(GOLDEN))
+        mix64(
+            self.rng
+                .fetch_add(GOLDEN, Ordering::Relaxed)
+                .wrapping_add(GOLDEN),
+        )
     }
 
     /// Counts the call and draws its fault. Returns the latency operations started by
@@ -100,7 +110,12 @@ impl SimBackend {
     }
 
     fn domain_names(&self) -> String {
-        let names: Vec<&str> = self.settings.failure_domains.iter().map(|d| d.name.as_str()).collect();
+        let names: Vec<&str> = self
+            .settings
+            .failure_domains
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
         names.join(", ")
     }
 }
@@ -114,7 +129,10 @@ fn kind_of(spec: &MachineSpec) -> Result<Kind, BackendError> {
         #[allow(unreachable_patterns)]
         other => Err(BackendError::terminal(
             "UnsupportedMachineKind",
-            format!("the simulator does not know the infrastructure kind {}", other.kind()),
+            format!(
+                "the simulator does not know the infrastructure kind {}",
+                other.kind()
+            ),
         )),
     }
 }
@@ -132,7 +150,12 @@ impl Backend for SimBackend {
         self.inject(Call::Check)?;
         Ok(Inventory {
             version: self.settings.version.clone(),
-            failure_domains: self.settings.failure_domains.iter().map(|d| d.inventory()).collect(),
+            failure_domains: self
+                .settings
+                .failure_domains
+                .iter()
+                .map(|d| d.inventory())
+                .collect(),
         })
     }
 
@@ -160,7 +183,10 @@ impl Backend for SimBackend {
         let power = request.spec.power_state();
         let bootstrap = request.bootstrap.as_ref();
         let now = Instant::now();
-        if let Some(observation) = self.world.reconcile(&identity.uid, power, bootstrap, latency, now) {
+        if let Some(observation) =
+            self.world
+                .reconcile(&identity.uid, power, bootstrap, latency, now)
+        {
             return Ok(observation);
         }
 
@@ -176,7 +202,12 @@ impl Backend for SimBackend {
                     ),
                 ));
             }
-            None => self.settings.failure_domains.iter().map(|d| d.name.as_str()).collect(),
+            None => self
+                .settings
+                .failure_domains
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect(),
         };
         let new = NewMachine {
             identity,
@@ -227,21 +258,26 @@ impl Backend for SimBackend {
         }
     }
 
-    async fn observe(&self, identity: &MachineIdentity) -> Result<Option<MachineObservation>, BackendError> {
+    async fn observe(
+        &self,
+        identity: &MachineIdentity,
+    ) -> Result<Option<MachineObservation>, BackendError> {
         self.inject(Call::Observe)?;
         Ok(self.world.observe(&identity.uid, Instant::now()))
     }
 
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
         let latency = self.inject(Call::Delete)?;
-        Ok(match self.world.delete(&identity.uid, latency, Instant::now()) {
-            None => Deletion::Gone,
-            Some(left) => {
-                debug!(endpoint = self.endpoint(), uid = %identity.uid, "sim: deleting machine");
-                Deletion::InProgress {
-                    retry_after: left.max(MIN_RETRY_AFTER),
+        Ok(
+            match self.world.delete(&identity.uid, latency, Instant::now()) {
+                None => Deletion::Gone,
+                Some(left) => {
+                    debug!(endpoint = self.endpoint(), uid = %identity.uid, "sim: deleting machine");
+                    Deletion::InProgress {
+                        retry_after: left.max(MIN_RETRY_AFTER),
+                    }
                 }
-            }
-        })
+            },
+        )
     }
 }

@@ -10,8 +10,10 @@ use banlieue_sdk::backend::{Backend, BackendError, BackendFactory, BootstrapData
 use tokio::time::Instant;
 
 use crate::backend::SimBackend;
+use crate::machine::SimMachineInfo;
 use crate::settings::SimSettings;
-use crate::world::{SimMachineInfo, SimStats, World};
+use crate::stats::SimStats;
+use crate::world::World;
 
 /// The [`BackendFactory`] of the `sim` Provider class.
 ///
@@ -27,7 +29,9 @@ pub struct SimFactory {
 
 impl fmt::Debug for SimFactory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SimFactory").field("endpoints", &self.endpoints()).finish()
+        f.debug_struct("SimFactory")
+            .field("endpoints", &self.endpoints())
+            .finish()
     }
 }
 
@@ -64,7 +68,9 @@ impl SimFactory {
     /// Every machine on `endpoint` (including those being created or deleted), sorted
     /// by namespace, name and UID. Empty for an endpoint never connected.
     pub fn machines(&self, endpoint: &str) -> Vec<SimMachineInfo> {
-        self.world(endpoint).map(|w| w.machines(Instant::now())).unwrap_or_default()
+        self.world(endpoint)
+            .map(|w| w.machines(Instant::now()))
+            .unwrap_or_default()
     }
 
     /// The machine carrying `uid` on `endpoint`.
@@ -81,7 +87,9 @@ impl SimFactory {
 
     /// Call and machine counters of `endpoint` (all zero for an endpoint never connected).
     pub fn stats(&self, endpoint: &str) -> SimStats {
-        self.world(endpoint).map(|w| w.stats(Instant::now())).unwrap_or_default()
+        self.world(endpoint)
+            .map(|w| w.stats(Instant::now()))
+            .unwrap_or_default()
     }
 
     /// Removes the machine carrying `uid` at once, as if an administrator deleted it

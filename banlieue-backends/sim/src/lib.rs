@@ -127,7 +127,10 @@
 //! world's machines ([`SimFactory::machines`], [`SimFactory::machine`]), counters
 //! ([`SimFactory::stats`]) and bootstrap data ([`SimFactory::bootstrap_data`]), and can
 //! cause drift ([`SimFactory::remove_machine`], [`SimFactory::set_power_state`]).
-//! Give each test its own endpoint to keep tests apart.
+//! Give each test its own endpoint to keep tests apart. The simulator reads
+//! [`tokio::time::Instant`], so under a paused clock (`#[tokio::test(start_paused =
+//! true)]`, `tokio::time::advance`) call these from inside that runtime, as the
+//! backend is.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -170,20 +173,24 @@
 //! ```
 #![warn(missing_docs)]
 
+mod addresses;
 mod backend;
 mod factory;
+mod machine;
 mod settings;
+mod stats;
 mod world;
 
 use banlieue_sdk::api::common::ProviderClass;
 
 pub use backend::{SLOW_FACTOR, SimBackend};
 pub use factory::SimFactory;
+pub use machine::{MIN_RETRY_AFTER, SimMachineInfo};
 pub use settings::{
     DEFAULT_FAILURE_DOMAINS, DEFAULT_RESOURCE, FaultKind, MAX_FAILURE_DOMAINS, MAX_LATENCY,
     RESOURCE_KEYS, SimFailureDomain, SimSettings, ZONE_LABEL, default_version, parse_duration,
 };
-pub use world::{MIN_RETRY_AFTER, SimMachineInfo, SimStats};
+pub use stats::SimStats;
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::Sim;

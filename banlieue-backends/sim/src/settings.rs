@@ -133,7 +133,10 @@ impl SimSettings {
     /// Parses and validates `settings` for a Provider whose endpoint is `endpoint`
     /// (the endpoint seeds the default `seed`). Every problem found is reported in one
     /// terminal `InvalidSettings` error naming the key and what it accepts.
-    pub fn parse(endpoint: &str, settings: &BTreeMap<String, String>) -> Result<Self, BackendError> {
+    pub fn parse(
+        endpoint: &str,
+        settings: &BTreeMap<String, String>,
+    ) -> Result<Self, BackendError> {
         let mut errors = Vec::new();
         let mut parsed = Self::defaults(endpoint);
 
@@ -182,9 +185,14 @@ impl SimSettings {
             }
         }
 
-        match settings.get("failureDomains").map(|v| parse_domain_names(v.trim())) {
+        match settings
+            .get("failureDomains")
+            .map(|v| parse_domain_names(v.trim()))
+        {
             Some(Err(e)) => errors.push(format!("settings.failureDomains: {e}")),
-            Some(Ok(names)) => parsed.failure_domains = names.into_iter().map(default_domain).collect(),
+            Some(Ok(names)) => {
+                parsed.failure_domains = names.into_iter().map(default_domain).collect()
+            }
             None => {}
         }
         if let Some(v) = settings.get("features") {
@@ -219,11 +227,18 @@ impl SimSettings {
                 }
             }
         }
-        if let Some(e) = settings.get("features").and_then(|v| parse_list(v.trim(), false).err()) {
+        if let Some(e) = settings
+            .get("features")
+            .and_then(|v| parse_list(v.trim(), false).err())
+        {
             errors.push(format!("settings.features: {e}"));
         }
         overrides.sort_by_key(|(domain, _, _)| domain.is_some());
-        let names: Vec<String> = parsed.failure_domains.iter().map(|d| d.name.clone()).collect();
+        let names: Vec<String> = parsed
+            .failure_domains
+            .iter()
+            .map(|d| d.name.clone())
+            .collect();
         for (domain, resource, values) in overrides {
             let targets: Vec<&mut SimFailureDomain> = match domain {
                 None => parsed.failure_domains.iter_mut().collect(),
@@ -268,7 +283,10 @@ impl SimSettings {
             failure_kinds: vec![FaultKind::Transient],
             seed: fnv1a(endpoint.as_bytes()),
             capacity: None,
-            failure_domains: DEFAULT_FAILURE_DOMAINS.iter().map(|n| default_domain(n.to_string())).collect(),
+            failure_domains: DEFAULT_FAILURE_DOMAINS
+                .iter()
+                .map(|n| default_domain(n.to_string()))
+                .collect(),
             version: default_version(),
             machine_kind: None,
         }
@@ -290,7 +308,12 @@ fn default_domain(name: String) -> SimFailureDomain {
         name,
         resources: RESOURCE_KEYS
             .iter()
-            .map(|k| (k.to_string(), BTreeSet::from([DEFAULT_RESOURCE.to_string()])))
+            .map(|k| {
+                (
+                    k.to_string(),
+                    BTreeSet::from([DEFAULT_RESOURCE.to_string()]),
+                )
+            })
             .collect(),
         features: BTreeSet::new(),
     }
@@ -306,7 +329,11 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
 /// Parses a Go-style duration: `0`, or a sequence of decimal numbers each with a unit
 /// (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), e.g. `200ms`, `1.5s`, `1m30s`.
 pub fn parse_duration(value: &str) -> Result<Duration, String> {
-    let bad = || format!("{value:?} is not a duration; use a number with a unit (ms, s, m, h) such as 200ms, 2s or 1m30s");
+    let bad = || {
+        format!(
+            "{value:?} is not a duration; use a number with a unit (ms, s, m, h) such as 200ms, 2s or 1m30s"
+        )
+    };
     if value == "0" {
         return Ok(Duration::ZERO);
     }
@@ -356,7 +383,8 @@ fn parse_kinds(value: &str) -> Result<Vec<FaultKind>, String> {
     let items = parse_list(value, true).map_err(|e| format!("{e}; {allowed}"))?;
     let mut kinds = Vec::new();
     for item in items {
-        let kind = FaultKind::parse(&item).ok_or_else(|| format!("{item:?} is not a fault kind; {allowed}"))?;
+        let kind = FaultKind::parse(&item)
+            .ok_or_else(|| format!("{item:?} is not a fault kind; {allowed}"))?;
         if !kinds.contains(&kind) {
             kinds.push(kind);
         }
@@ -379,7 +407,10 @@ fn parse_domain_names(value: &str) -> Result<Vec<String>, String> {
         }
     }
     if names.len() > MAX_FAILURE_DOMAINS {
-        return Err(format!("at most {MAX_FAILURE_DOMAINS} failure domains are allowed, got {}", names.len()));
+        return Err(format!(
+            "at most {MAX_FAILURE_DOMAINS} failure domains are allowed, got {}",
+            names.len()
+        ));
     }
     Ok(names)
 }
@@ -399,7 +430,9 @@ fn parse_list(value: &str, non_empty: bool) -> Result<Vec<String>, String> {
         .map(|item| {
             let item = item.trim();
             if item.is_empty() {
-                Err(format!("{value:?} has an empty item; use a comma-separated list such as a,b"))
+                Err(format!(
+                    "{value:?} has an empty item; use a comma-separated list such as a,b"
+                ))
             } else {
                 Ok(item.to_string())
             }
@@ -424,7 +457,10 @@ mod tests {
     use banlieue_sdk::backend::ErrorClass;
 
     fn parse(pairs: &[(&str, &str)]) -> Result<SimSettings, BackendError> {
-        let map = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         SimSettings::parse("sim://test", &map)
     }
 
@@ -442,14 +478,21 @@ mod tests {
         assert_eq!(s.failure_rate, 0.0);
         assert_eq!(s.failure_kinds, vec![FaultKind::Transient]);
         assert_eq!(s.capacity, None);
-        assert_eq!(s.version, format!("banlieue-sim {}", env!("CARGO_PKG_VERSION")));
+        assert_eq!(
+            s.version,
+            format!("banlieue-sim {}", env!("CARGO_PKG_VERSION"))
+        );
         let names: Vec<_> = s.failure_domains.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["sim-a", "sim-b"]);
         let fd = s.failure_domains[0].inventory();
         assert_eq!(fd.labels[ZONE_LABEL], "sim-a");
         assert_eq!(fd.location["host"], "sim-a");
         assert_eq!(fd.resources.len(), RESOURCE_KEYS.len());
-        assert!(fd.resources.values().all(|v| v.contains("default") && v.len() == 1));
+        assert!(
+            fd.resources
+                .values()
+                .all(|v| v.contains("default") && v.len() == 1)
+        );
         assert!(fd.features.is_empty());
         // The default seed is derived from the endpoint: stable, but different per endpoint.
         assert_eq!(s.seed, SimSettings::defaults("sim://test").seed);
@@ -470,7 +513,11 @@ mod tests {
             ("10ns", 10),
         ];
         for (text, nanos) in ok {
-            assert_eq!(parse_duration(text), Ok(Duration::from_nanos(nanos)), "{text}");
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_nanos(nanos)),
+                "{text}"
+            );
         }
         for bad in ["", "200", "ms", "2 s", "-1s", "1d", "1..2s", "abc"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
@@ -521,31 +568,87 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_key_and_what_is_allowed() {
-        let cases: &[(&[(&str, &str)], &[&str])] = &[
-            (&[("latency", "fast")], &["settings.latency", "\"fast\"", "200ms"]),
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
+        let cases: &[Case] = &[
+            (
+                &[("latency", "fast")],
+                &["settings.latency", "\"fast\"", "200ms"],
+            ),
             (&[("latency", "48h")], &["settings.latency", "at most 24h"]),
-            (&[("failureRate", "1.5")], &["settings.failureRate", "from 0 to 1"]),
-            (&[("failureRate", "NaN")], &["settings.failureRate", "probability"]),
-            (&[("failureKinds", "flaky")], &["settings.failureKinds", "\"flaky\"", "transient, terminal and slow"]),
-            (&[("failureKinds", "")], &["settings.failureKinds", "must not be empty"]),
+            (
+                &[("failureRate", "1.5")],
+                &["settings.failureRate", "from 0 to 1"],
+            ),
+            (
+                &[("failureRate", "NaN")],
+                &["settings.failureRate", "probability"],
+            ),
+            (
+                &[("failureKinds", "flaky")],
+                &[
+                    "settings.failureKinds",
+                    "\"flaky\"",
+                    "transient, terminal and slow",
+                ],
+            ),
+            (
+                &[("failureKinds", "")],
+                &["settings.failureKinds", "must not be empty"],
+            ),
             (&[("seed", "-1")], &["settings.seed", "unsigned"]),
-            (&[("capacity", "lots")], &["settings.capacity", "non-negative integer"]),
-            (&[("failureDomains", "a,,b")], &["settings.failureDomains", "empty item"]),
-            (&[("failureDomains", "a,a")], &["settings.failureDomains", "listed twice"]),
-            (&[("failureDomains", "-bad-")], &["settings.failureDomains", "label values"]),
-            (&[("failureDomains", "")], &["settings.failureDomains", "must not be empty"]),
-            (&[("resources.cpu", "x")], &["settings.resources.cpu", "not a resource key", "datastore"]),
-            (&[("resources.pool", "")], &["settings.resources.pool", "must not be empty"]),
-            (&[("resources.pool.sim-z", "x")], &["settings.resources.pool.sim-z", "sim-a, sim-b"]),
-            (&[("features.sim-z", "x")], &["settings.features.sim-z", "not one of the failure domains"]),
+            (
+                &[("capacity", "lots")],
+                &["settings.capacity", "non-negative integer"],
+            ),
+            (
+                &[("failureDomains", "a,,b")],
+                &["settings.failureDomains", "empty item"],
+            ),
+            (
+                &[("failureDomains", "a,a")],
+                &["settings.failureDomains", "listed twice"],
+            ),
+            (
+                &[("failureDomains", "-bad-")],
+                &["settings.failureDomains", "label values"],
+            ),
+            (
+                &[("failureDomains", "")],
+                &["settings.failureDomains", "must not be empty"],
+            ),
+            (
+                &[("resources.cpu", "x")],
+                &["settings.resources.cpu", "not a resource key", "datastore"],
+            ),
+            (
+                &[("resources.pool", "")],
+                &["settings.resources.pool", "must not be empty"],
+            ),
+            (
+                &[("resources.pool.sim-z", "x")],
+                &["settings.resources.pool.sim-z", "sim-a, sim-b"],
+            ),
+            (
+                &[("features.sim-z", "x")],
+                &["settings.features.sim-z", "not one of the failure domains"],
+            ),
             (&[("features", "a,")], &["settings.features", "empty item"]),
-            (&[("version", " ")], &["settings.version", "must not be empty"]),
-            (&[("latncy", "1s")], &["settings.latncy", "unknown key", "latency, failureRate"]),
+            (
+                &[("version", " ")],
+                &["settings.version", "must not be empty"],
+            ),
+            (
+                &[("latncy", "1s")],
+                &["settings.latncy", "unknown key", "latency, failureRate"],
+            ),
         ];
         for (pairs, needles) in cases {
             let message = error(pairs);
             for needle in *needles {
-                assert!(message.contains(needle), "{pairs:?}: {message:?} should contain {needle:?}");
+                assert!(
+                    message.contains(needle),
+                    "{pairs:?}: {message:?} should contain {needle:?}"
+                );
             }
         }
     }
@@ -553,7 +656,10 @@ mod tests {
     #[test]
     fn every_problem_is_reported_at_once() {
         let message = error(&[("latency", "x"), ("capacity", "y")]);
-        assert!(message.contains("settings.latency") && message.contains("settings.capacity"), "{message}");
+        assert!(
+            message.contains("settings.latency") && message.contains("settings.capacity"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub struct Input<'a> {
     pub infra: Option<Infra<'a>>,
     /// A move in progress.
     pub migration: Option<Migration<'a>>,
+    /// Why the infra machine cannot be made yet (reason, message), e.g. a missing
+    /// bootstrap Secret.
+    pub waiting: Option<(&'a str, &'a str)>,
     /// The VM is being deleted.
     pub deleting: bool,
 }
@@ -135,13 +138,10 @@ pub fn compute(
             );
         }
         None => {
+            let (reason, message) = input.waiting.unwrap_or(("WaitingForInfrastructure", ""));
             set(
                 &mut status,
-                Desired::new(
-                    types::INFRASTRUCTURE_READY,
-                    Status::False,
-                    "WaitingForInfrastructure",
-                ),
+                Desired::new(types::INFRASTRUCTURE_READY, Status::False, reason).message(message),
             );
         }
     }
@@ -308,6 +308,7 @@ mod tests {
                 status: Some(&m),
             }),
             migration: None,
+            waiting: None,
             deleting: false,
         };
         let s1 = compute(None, &input, &now(5));
@@ -338,6 +339,7 @@ mod tests {
             },
             infra: None,
             migration: None,
+            waiting: None,
             deleting: false,
         };
         let s = compute(None, &input, &now(1));

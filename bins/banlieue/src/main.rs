@@ -1,12 +1,19 @@
 //! `banlieue`: the operator and its CLI.
 
 mod cli;
+mod runtime;
 
 use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
+    // kube talks TLS through rustls with ring; install it as the process-wide
+    // provider before anything builds a TLS config.
+    rustls::crypto::ring::default_provider()
+        .install_default()
+        .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
     let args = cli::Cli::parse();
     match args.command {
+        cli::Command::Run(cmd) => cmd.run(),
         cli::Command::Crds(cmd) => cmd.run(),
         cli::Command::Completion(cmd) => {
             cmd.run();

@@ -1,6 +1,8 @@
 //! Helpers for banlieue's tests against a real kube-apiserver: loading manifests and
 //! applying arbitrary objects with server-side apply.
 
+pub mod operator;
+
 use std::path::{Path, PathBuf};
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};

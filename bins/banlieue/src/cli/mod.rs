@@ -2,6 +2,8 @@
 
 mod completion;
 mod crds;
+mod run;
+mod values;
 
 use clap::{Parser, Subcommand};
 
@@ -18,6 +20,8 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run the operator: every controller, with the backends compiled in.
+    Run(Box<run::RunCommand>),
     /// Print every CustomResourceDefinition (or write one file per CRD).
     Crds(crds::CrdsCommand),
     /// Print a shell completion script.

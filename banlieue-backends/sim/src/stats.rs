@@ -1,0 +1,74 @@
+//! Per-world call and fault counters.
+
+use std::sync::atomic::AtomicU64;
+
+/// Counters of one simulated hypervisor, for benchmarks (see [`crate::SimFactory::stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SimStats {
+    /// `check()` calls.
+    pub check: u64,
+    /// `find_image()` calls.
+    pub find_image: u64,
+    /// `ensure()` calls.
+    pub ensure: u64,
+    /// `observe()` calls.
+    pub observe: u64,
+    /// `delete()` calls.
+    pub delete: u64,
+    /// Calls failed with an injected transient fault.
+    pub transient_faults: u64,
+    /// Calls failed with an injected terminal fault.
+    pub terminal_faults: u64,
+    /// Calls slowed down by an injected `slow` fault.
+    pub slow_faults: u64,
+    /// Machines whose creation started.
+    pub machines_created: u64,
+    /// Machines removed (deletion completed, or removed out of band).
+    pub machines_deleted: u64,
+    /// Machines that exist now (including those being created or deleted).
+    pub machines: u64,
+}
+
+impl SimStats {
+    /// Every backend call counted: `check + find_image + ensure + observe + delete`.
+    pub fn calls(&self) -> u64 {
+        self.check + self.find_image + self.ensure + self.observe + self.delete
+    }
+}
+
+/// Which counter a call increments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    Check,
+    FindImage,
+    Ensure,
+    Observe,
+    Delete,
+}
+
+impl Call {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Check => "check",
+            Self::FindImage => "find_image",
+            Self::Ensure => "ensure",
+            Self::Observe => "observe",
+            Self::Delete => "delete",
+        }
+    }
+}
+
+/// Which fault counter an injected fault increments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FaultCounter {
+    Transient,
+    Terminal,
+    Slow,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) calls: [AtomicU64; 5],
+    pub(crate) faults: [AtomicU64; 3],
+}

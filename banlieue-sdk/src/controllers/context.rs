@@ -1,0 +1,256 @@
+//! What every reconciler shares: the client, backends, caches, metrics, events and
+//! per-object retry state.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+
+use super::backends::BackendCache;
+use super::{Metrics, Readiness, Settings, watch};
+use crate::api::infra::{
+    cloud_hypervisor::CloudHypervisorMachine, libvirt::LibvirtMachine, proxmox::ProxmoxMachine,
+    vsphere::VSphereMachine,
+};
+use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
+use crate::backend::BackendRegistry;
+
+/// Read caches of the objects reconcilers look up by name.
+#[derive(Clone)]
+pub(crate) struct Stores {
+    pub providers: Store<Provider>,
+    pub classes: Store<VMClass>,
+    pub images: Store<VMImage>,
+    pub vsphere: Store<VSphereMachine>,
+    pub proxmox: Store<ProxmoxMachine>,
+    pub libvirt: Store<LibvirtMachine>,
+    pub cloud_hypervisor: Store<CloudHypervisorMachine>,
+}
+
+struct Writers {
+    providers: reflector::store::Writer<Provider>,
+    classes: reflector::store::Writer<VMClass>,
+    images: reflector::store::Writer<VMImage>,
+    vsphere: reflector::store::Writer<VSphereMachine>,
+    proxmox: reflector::store::Writer<ProxmoxMachine>,
+    libvirt: reflector::store::Writer<LibvirtMachine>,
+    cloud_hypervisor: reflector::store::Writer<CloudHypervisorMachine>,
+}
+
+/// Shared by every reconciler.
+pub(crate) struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    pub metrics: Arc<Metrics>,
+    pub readiness: Readiness,
+    pub backends: BackendCache,
+    pub stores: Stores,
+    /// The VirtualMachine controller's own cache (siblings for anti-affinity and spread).
+    pub vms: OnceLock<Store<VirtualMachine>>,
+    recorder: Recorder,
+    writers: Mutex<Option<Writers>>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        registry: BackendRegistry,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+        readiness: Readiness,
+    ) -> Arc<Self> {
+        let (providers, providers_w) = reflector::store();
+        let (classes, classes_w) = reflector::store();
+        let (images, images_w) = reflector::store();
+        let (vsphere, vsphere_w) = reflector::store();
+        let (proxmox, proxmox_w) = reflector::store();
+        let (libvirt, libvirt_w) = reflector::store();
+        let (cloud_hypervisor, cloud_hypervisor_w) = reflector::store();
+        let reporter = Reporter {
+            controller: "banlieue".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Arc::new(Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            backends: BackendCache::new(registry, metrics.clone()),
+            client,
+            settings,
+            metrics,
+            readiness,
+            stores: Stores {
+                providers,
+                classes,
+                images,
+                vsphere,
+                proxmox,
+                libvirt,
+                cloud_hypervisor,
+            },
+            vms: OnceLock::new(),
+            writers: Mutex::new(Some(Writers {
+                providers: providers_w,
+                classes: classes_w,
+                images: images_w,
+                vsphere: vsphere_w,
+                proxmox: proxmox_w,
+                libvirt: libvirt_w,
+                cloud_hypervisor: cloud_hypervisor_w,
+            })),
+            failures: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Feeds the shared stores until `shutdown`; counts as synced once all have listed.
+    pub async fn start_stores(
+        self: Arc<Self>,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) {
+        let Some(w) = self.writers.lock().expect("writers").take() else {
+            return;
+        };
+        let client = &self.client;
+        let settings = &self.settings;
+        let namespaced_filtered = watch::filtered(settings);
+        let tasks = vec![
+            feed(
+                watch::namespaced::<Provider>(client, settings),
+                watch::unfiltered(),
+                w.providers,
+            ),
+            feed(
+                Api::<VMClass>::all(client.clone()),
+                watch::unfiltered(),
+                w.classes,
+            ),
+            feed(
+                Api::<VMImage>::all(client.clone()),
+                watch::unfiltered(),
+                w.images,
+            ),
+            feed(
+                watch::namespaced::<VSphereMachine>(client, settings),
+                namespaced_filtered.clone(),
+                w.vsphere,
+            ),
+            feed(
+                watch::namespaced::<ProxmoxMachine>(client, settings),
+                namespaced_filtered.clone(),
+                w.proxmox,
+            ),
+            feed(
+                watch::namespaced::<LibvirtMachine>(client, settings),
+                namespaced_filtered.clone(),
+                w.libvirt,
+            ),
+            feed(
+                watch::namespaced::<CloudHypervisorMachine>(client, settings),
+                namespaced_filtered,
+                w.cloud_hypervisor,
+            ),
+        ];
+        let stores = self.stores.clone();
+        let readiness = self.readiness.clone();
+        tokio::spawn(async move {
+            let _ = stores.providers.wait_until_ready().await;
+            let _ = stores.classes.wait_until_ready().await;
+            let _ = stores.images.wait_until_ready().await;
+            let _ = stores.vsphere.wait_until_ready().await;
+            let _ = stores.proxmox.wait_until_ready().await;
+            let _ = stores.libvirt.wait_until_ready().await;
+            let _ = stores.cloud_hypervisor.wait_until_ready().await;
+            readiness.synced();
+        });
+        tokio::select! {
+            _ = futures::future::join_all(tasks) => {},
+            _ = shutdown => {},
+        }
+    }
+
+    /// Records an Event on `object` (best effort: a failed event never fails a reconcile).
+    pub async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        object: &K,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            tracing::debug!(%error, "could not publish event");
+        }
+    }
+
+    /// Exponential backoff with jitter for an object's consecutive failures: 1s, 2s,
+    /// 4s, ... capped at 5 minutes.
+    pub fn backoff(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().expect("failures");
+        let n = failures.entry(key.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        let base = Duration::from_secs(1u64 << (*n - 1).min(8)).min(Duration::from_secs(300));
+        // Up to +25% jitter, derived from the key and attempt so retries spread out.
+        let jitter = (fxhash(key) ^ u64::from(*n)) % (base.as_millis() as u64 / 4 + 1);
+        base + Duration::from_millis(jitter)
+    }
+
+    /// Forgets an object's failures after a success.
+    pub fn succeeded(&self, key: &str) {
+        self.failures.lock().expect("failures").remove(key);
+    }
+}
+
+fn fxhash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+fn feed<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+) -> futures::future::BoxFuture<'static, ()>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    Box::pin(async move {
+        watcher(api, config)
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects()
+            .for_each(|event| async move {
+                if let Err(error) = event {
+                    tracing::warn!(%error, kind = %K::kind(&()), "watch error");
+                }
+            })
+            .await;
+    })
+}
+
+/// `namespace/name` of an object, for logs and per-object state.
+pub(crate) fn key_of<K: ResourceExt>(object: &K) -> String {
+    format!(
+        "{}/{}",
+        object.namespace().unwrap_or_default(),
+        object.name_any()
+    )
+}

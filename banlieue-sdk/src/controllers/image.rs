@@ -1,0 +1,157 @@
+//! The VMImage controller: on which Providers each image is available.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::context::Context;
+use super::watch;
+use crate::api::vm_image::ImageAvailability;
+use crate::api::{Provider, VMImage};
+use crate::backend::ImageLookup;
+use crate::conditions::{self, Desired, Status, types};
+
+const NAME: &str = "vmimage";
+const FIELD_MANAGER: &str = "banlieue-vmimage";
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    #[error("writing status: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+pub(crate) async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let controller = Controller::new(Api::<VMImage>::all(ctx.client.clone()), watch::unfiltered())
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.image));
+    let images = controller.store();
+    let readiness = ctx.readiness.clone();
+    let store = controller.store();
+    tokio::spawn(async move {
+        let _ = store.wait_until_ready().await;
+        readiness.synced();
+    });
+    controller
+        .watches(
+            watch::namespaced::<Provider>(&ctx.client, &ctx.settings),
+            watch::unfiltered(),
+            move |_| {
+                images
+                    .state()
+                    .into_iter()
+                    .map(|i| ObjectRef::from_obj(i.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+async fn reconcile(image: Arc<VMImage>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let _worker = ctx.metrics.worker(NAME);
+    let mut rows = Vec::new();
+    for provider in ctx.stores.providers.state() {
+        if !image.spec.sources.has(provider.spec.class) {
+            continue;
+        }
+        let ready = provider
+            .status
+            .as_ref()
+            .is_some_and(|s| conditions::is_true(&s.conditions, types::READY));
+        let (available, resolved, reason, message) = if !ready {
+            (false, None, Some("ProviderNotReady".to_owned()), None)
+        } else {
+            match ctx.backends.for_provider(&ctx.client, &provider).await {
+                Err(u) => (false, None, Some(u.reason), Some(u.message)),
+                Ok(backend) => match backend.find_image(&image.spec.sources).await {
+                    Ok(ImageLookup::Available { resolved }) => (true, Some(resolved), None, None),
+                    Ok(ImageLookup::Missing { message }) => {
+                        (false, None, Some("ImageNotFound".into()), Some(message))
+                    }
+                    Err(e) => (false, None, Some(e.reason), Some(e.message)),
+                },
+            }
+        };
+        rows.push(ImageAvailability {
+            namespace: provider.namespace().unwrap_or_default(),
+            name: provider.name_any(),
+            available,
+            resolved,
+            reason,
+            message,
+        });
+    }
+    rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let api: Api<VMImage> = Api::all(ctx.client.clone());
+    let previous = image.status.clone().unwrap_or_default();
+    match &ctx.settings.namespace {
+        // Watching one namespace: own only that namespace's rows (a field manager per
+        // namespace, rows merged by key), and leave the conditions to a cluster-wide operator.
+        Some(namespace) => {
+            let mine: Vec<_> = previous
+                .providers
+                .iter()
+                .filter(|r| &r.namespace == namespace)
+                .cloned()
+                .collect();
+            if mine != rows {
+                let patch = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "status": {"providers": rows}});
+                let manager = format!("{FIELD_MANAGER}-{namespace}");
+                api.patch_status(
+                    &image.name_any(),
+                    &PatchParams::apply(&manager).force(),
+                    &Patch::Apply(&patch),
+                )
+                .await?;
+                ctx.metrics.wrote(NAME);
+            }
+        }
+        None => {
+            let mut status = previous.clone();
+            let generation = image.meta().generation;
+            status.observed_generation = generation;
+            let count = rows.iter().filter(|r| r.available).count();
+            status.providers = rows;
+            let now = Time(k8s_openapi::jiff::Timestamp::now());
+            let message = format!("available on {count} Provider(s)");
+            let reason = if count > 0 {
+                "Available"
+            } else {
+                "NotAvailable"
+            };
+            let ready =
+                Desired::new(types::READY, Status::from_bool(count > 0), reason).message(&message);
+            conditions::set(&mut status.conditions, ready, generation, &now);
+            if previous != status {
+                let patch = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "status": status});
+                api.patch_status(
+                    &image.name_any(),
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&patch),
+                )
+                .await?;
+                ctx.metrics.wrote(NAME);
+            }
+        }
+    }
+    ctx.metrics.reconciled(NAME, "success", started.elapsed());
+    Ok(Action::requeue(ctx.settings.sync_period))
+}
+
+fn error_policy(image: Arc<VMImage>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(image = %image.name_any(), %error, "reconcile failed");
+    ctx.metrics.reconciled(NAME, "error", Duration::ZERO);
+    Action::requeue(ctx.backoff(&image.name_any()))
+}

@@ -1,0 +1,158 @@
+//! Finding, comparing, applying and deleting a VM's infrastructure machine, whatever
+//! its kind.
+
+use std::sync::Arc;
+
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+
+use super::context::Context;
+use crate::api::common::TypedLocalObjectReference;
+use crate::api::infra::MachineStatus;
+use crate::build::PROVIDER_LABEL;
+use crate::contract::{InfraMachine, InfraMachineKind, InfraMachineRead};
+
+/// Field manager of the infra machines the VM controller builds.
+pub(crate) const FIELD_MANAGER: &str = "banlieue-virtualmachine";
+
+/// An existing infra machine, reduced to what the VM controller needs.
+#[derive(Clone, Debug)]
+pub(crate) struct Existing {
+    pub kind: InfraMachineKind,
+    pub name: String,
+    pub provider: Option<String>,
+    pub deleting: bool,
+    pub provider_id: Option<String>,
+    pub status: Option<MachineStatus>,
+    /// `spec` without `providerID` (which the machine controller owns), plus the labels
+    /// and annotations, for comparing with what the builder wants.
+    comparable: Value,
+}
+
+impl Existing {
+    pub fn reference(&self) -> TypedLocalObjectReference {
+        TypedLocalObjectReference {
+            api_group: crate::api::INFRA_GROUP.into(),
+            kind: self.kind.kind().into(),
+            name: self.name.clone(),
+        }
+    }
+
+    /// True when `built` would change nothing we own.
+    pub fn matches(&self, built: &InfraMachine) -> bool {
+        comparable(&serde_json::to_value(built).unwrap_or_default()) == self.comparable
+    }
+}
+
+fn comparable(object: &Value) -> Value {
+    let mut spec = object.get("spec").cloned().unwrap_or_default();
+    if let Some(map) = spec.as_object_mut() {
+        map.remove("providerID");
+    }
+    let meta = &object["metadata"];
+    serde_json::json!({"spec": spec, "labels": meta["labels"], "annotations": meta["annotations"]})
+}
+
+fn existing<K>(object: Arc<K>, owner_uid: &str) -> Option<Existing>
+where
+    K: Resource<DynamicType = ()> + InfraMachineRead + serde::Serialize,
+{
+    let owned = object.owner_references().iter().any(|o| o.uid == owner_uid);
+    if !owned {
+        return None;
+    }
+    let value = serde_json::to_value(object.as_ref()).ok()?;
+    let comparable = comparable(&value);
+    Some(Existing {
+        kind: K::KIND,
+        name: object.name_any(),
+        provider: object.labels().get(PROVIDER_LABEL).cloned(),
+        deleting: object.meta().deletion_timestamp.is_some(),
+        provider_id: object.provider_id().map(str::to_owned),
+        status: object.machine_status().cloned(),
+        comparable,
+    })
+}
+
+/// The infra machines (of any kind) named `name` in `namespace` owned by the VM `uid`.
+pub(crate) fn find(ctx: &Context, namespace: &str, name: &str, uid: &str) -> Vec<Existing> {
+    let s = &ctx.stores;
+    [
+        s.vsphere
+            .get(&ObjectRef::new(name).within(namespace))
+            .and_then(|o| existing(o, uid)),
+        s.proxmox
+            .get(&ObjectRef::new(name).within(namespace))
+            .and_then(|o| existing(o, uid)),
+        s.libvirt
+            .get(&ObjectRef::new(name).within(namespace))
+            .and_then(|o| existing(o, uid)),
+        s.cloud_hypervisor
+            .get(&ObjectRef::new(name).within(namespace))
+            .and_then(|o| existing(o, uid)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+fn api(ctx: &Context, kind: InfraMachineKind, namespace: &str) -> Api<DynamicObject> {
+    let resource = ApiResource {
+        group: crate::api::INFRA_GROUP.into(),
+        version: crate::api::VERSION.into(),
+        api_version: format!("{}/{}", crate::api::INFRA_GROUP, crate::api::VERSION),
+        kind: kind.kind().into(),
+        plural: kind.plural().into(),
+    };
+    Api::namespaced_with(ctx.client.clone(), namespace, &resource)
+}
+
+/// Server-side applies a built machine.
+pub(crate) async fn apply(ctx: &Context, built: &InfraMachine) -> Result<(), kube::Error> {
+    let meta = built.meta();
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    api(ctx, built.kind(), &namespace)
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(built),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Deletes an infra machine (its own finalizer then removes the backend VM).
+pub(crate) async fn delete(
+    ctx: &Context,
+    namespace: &str,
+    existing: &Existing,
+) -> Result<(), kube::Error> {
+    match api(ctx, existing.kind, namespace)
+        .delete(&existing.name, &DeleteParams::background())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Whether any infra machine of this VM exists, asking the API server (not the cache).
+pub(crate) async fn exists_live(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<bool, kube::Error> {
+    for kind in InfraMachineKind::ALL {
+        if let Some(object) = api(ctx, kind, namespace).get_opt(name).await?
+            && object.owner_references().iter().any(|o| o.uid == uid)
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}

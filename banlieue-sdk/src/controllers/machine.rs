@@ -1,0 +1,406 @@
+//! One generic reconciler for every infrastructure machine kind: finalizer, Provider
+//! lookup, pause, ensure/observe/delete through the backend, and the CAPI contract
+//! fields (`spec.providerID`, `status.initialization.provisioned`, `status.addresses`,
+//! `status.failureDomain`, conditions), written only when they change.
+//!
+//! Deleting a machine whose Provider no longer exists cannot reach any backend: the
+//! finalizer is then removed at once with a Warning event (`ProviderGone`) saying the
+//! backend VM, if any, was left behind. It never hangs.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::MACHINE_FINALIZER;
+use super::context::{Context, key_of};
+use super::watch;
+use crate::api::Provider;
+use crate::api::common::BootstrapFormat;
+use crate::backend::{
+    BackendError, BootstrapData, Deletion, MachineIdentity, MachineRequest, SecretValue,
+};
+use crate::build::FAILURE_DOMAIN_ANNOTATION;
+use crate::contract::InfraMachineRead;
+use crate::status::machine::{Outcome, compute};
+
+/// Field manager of infra machine status and `spec.providerID`.
+pub(crate) const FIELD_MANAGER: &str = "banlieue-machine";
+/// CAPI's pause annotation.
+pub(crate) const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+
+/// What a reconcile can fail with.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Not a failure: deletion is under way; look again later (keeps the finalizer).
+    #[error("backend deletion in progress")]
+    DeletionInProgress(Duration),
+    #[error("backend: {0}")]
+    Backend(BackendError),
+}
+
+/// The bounds every infra machine kind meets.
+pub(crate) trait Machine:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + InfraMachineRead
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Machine for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + InfraMachineRead
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+fn name<K: Machine>() -> String {
+    K::kind(&()).to_lowercase()
+}
+
+pub(crate) async fn run<K: Machine>(
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api = watch::namespaced::<K>(&ctx.client, &ctx.settings);
+    let controller = Controller::new(api, watch::filtered(&ctx.settings))
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.machine));
+    let machines = controller.store();
+    let readiness = ctx.readiness.clone();
+    let store = controller.store();
+    tokio::spawn(async move {
+        let _ = store.wait_until_ready().await;
+        readiness.synced();
+    });
+    controller
+        .watches(
+            watch::namespaced::<Provider>(&ctx.client, &ctx.settings),
+            watch::unfiltered(),
+            move |provider| {
+                let namespace = provider.namespace();
+                let name = provider.name_any();
+                machines
+                    .state()
+                    .into_iter()
+                    .filter(|m| {
+                        m.namespace() == namespace
+                            && m.provider_ref().is_some_and(|r| r.name == name)
+                    })
+                    .map(|m| ObjectRef::from_obj(m.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+async fn reconcile<K: Machine>(
+    machine: Arc<K>,
+    ctx: Arc<Context>,
+) -> Result<Action, finalizer::Error<Error>> {
+    let started = Instant::now();
+    let controller = name::<K>();
+    let _worker = ctx.metrics.worker(&controller);
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
+    let result = finalizer(&api, MACHINE_FINALIZER, machine, |event| async {
+        match event {
+            finalizer::Event::Apply(m) => apply(m.as_ref(), &ctx).await,
+            finalizer::Event::Cleanup(m) => cleanup(m.as_ref(), &ctx).await,
+        }
+    })
+    .await;
+    let outcome = match &result {
+        Ok(_) => "success",
+        Err(finalizer::Error::CleanupFailed(Error::DeletionInProgress(_))) => "requeue_after",
+        Err(_) => "error",
+    };
+    ctx.metrics
+        .reconciled(&controller, outcome, started.elapsed());
+    result
+}
+
+fn provider_of<K: Machine>(machine: &K, ctx: &Context) -> Option<Arc<Provider>> {
+    let reference = machine.provider_ref()?;
+    ctx.stores
+        .providers
+        .get(&ObjectRef::new(&reference.name).within(&machine.namespace().unwrap_or_default()))
+}
+
+fn identity<K: Machine>(machine: &K) -> MachineIdentity {
+    MachineIdentity {
+        uid: machine.uid().unwrap_or_default(),
+        namespace: machine.namespace().unwrap_or_default(),
+        name: machine.name_any(),
+    }
+}
+
+async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {
+    let Some(provider) = provider_of(machine, ctx) else {
+        let message = match machine.provider_ref() {
+            Some(r) => format!("Provider {:?} not found", r.name),
+            None => "spec.providerRef is not set (CAPI failure-domain lookup is not supported yet)"
+                .to_owned(),
+        };
+        write_status(
+            machine,
+            ctx,
+            Outcome::Waiting {
+                reason: "ProviderNotFound",
+                message: &message,
+            },
+        )
+        .await?;
+        return Ok(Action::await_change());
+    };
+    if provider.spec.paused || machine.annotations().contains_key(PAUSED_ANNOTATION) {
+        let message = if provider.spec.paused {
+            "the Provider is paused"
+        } else {
+            "annotated cluster.x-k8s.io/paused"
+        };
+        write_status(machine, ctx, Outcome::Paused { message }).await?;
+        return Ok(Action::await_change());
+    }
+    let backend = match ctx.backends.for_provider(&ctx.client, &provider).await {
+        Ok(backend) => backend,
+        Err(unreachable) => {
+            let message = format!("{}: {}", unreachable.reason, unreachable.message);
+            write_status(
+                machine,
+                ctx,
+                Outcome::Waiting {
+                    reason: "ProviderNotReady",
+                    message: &message,
+                },
+            )
+            .await?;
+            return Ok(Action::requeue(ctx.backoff(&key_of(machine))));
+        }
+    };
+    let bootstrap = match machine.bootstrap() {
+        None => None,
+        Some(reference) => {
+            match read_bootstrap(ctx, machine, &reference.data_secret_name, reference.format)
+                .await?
+            {
+                Some(data) => Some(data),
+                None => {
+                    let message = format!(
+                        "bootstrap Secret {:?} not found",
+                        reference.data_secret_name
+                    );
+                    write_status(
+                        machine,
+                        ctx,
+                        Outcome::Waiting {
+                            reason: "BootstrapDataNotFound",
+                            message: &message,
+                        },
+                    )
+                    .await?;
+                    return Ok(Action::requeue(Duration::from_secs(10)));
+                }
+            }
+        }
+    };
+    let request = MachineRequest {
+        identity: identity(machine),
+        spec: machine.backend_spec(),
+        failure_domain: machine
+            .annotations()
+            .get(FAILURE_DOMAIN_ANNOTATION)
+            .cloned(),
+        bootstrap,
+    };
+    match backend.ensure(&request).await {
+        Ok(observation) => {
+            if let Some(id) = &observation.provider_id
+                && machine.provider_id() != Some(id.as_str())
+            {
+                set_provider_id(machine, ctx, id).await?;
+            }
+            write_status(machine, ctx, Outcome::Observed(&observation)).await?;
+            ctx.succeeded(&key_of(machine));
+            Ok(match &observation.pending {
+                Some(pending) => Action::requeue(pending.retry_after),
+                None if !observation.settled_at(machine.desired_power_state()) => {
+                    Action::requeue(Duration::from_secs(5))
+                }
+                None => Action::requeue(ctx.settings.sync_period),
+            })
+        }
+        Err(error) => {
+            write_status(machine, ctx, Outcome::Failed(&error)).await?;
+            if error.is_transient() {
+                Ok(Action::requeue(
+                    error
+                        .retry_after
+                        .unwrap_or_else(|| ctx.backoff(&key_of(machine))),
+                ))
+            } else {
+                ctx.event(
+                    machine,
+                    EventType::Warning,
+                    &error.reason,
+                    "Ensure",
+                    error.message.clone(),
+                )
+                .await;
+                // Terminal: wait for a change; a slow re-check notices out-of-band fixes.
+                Ok(Action::requeue(ctx.settings.sync_period))
+            }
+        }
+    }
+}
+
+async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {
+    let Some(provider) = provider_of(machine, ctx) else {
+        ctx.event(
+            machine,
+            EventType::Warning,
+            "ProviderGone",
+            "Delete",
+            "the Provider no longer exists; the backend VM, if any, was not deleted".into(),
+        )
+        .await;
+        return Ok(Action::await_change());
+    };
+    let backend = ctx
+        .backends
+        .for_provider(&ctx.client, &provider)
+        .await
+        .map_err(|u| Error::Backend(BackendError::transient(u.reason, u.message)))?;
+    match backend
+        .delete(&identity(machine))
+        .await
+        .map_err(Error::Backend)?
+    {
+        Deletion::Gone => {
+            ctx.succeeded(&key_of(machine));
+            Ok(Action::await_change())
+        }
+        Deletion::InProgress { retry_after } => Err(Error::DeletionInProgress(retry_after)),
+    }
+}
+
+async fn read_bootstrap<K: Machine>(
+    ctx: &Context,
+    machine: &K,
+    secret: &str,
+    format: BootstrapFormat,
+) -> Result<Option<BootstrapData>, Error> {
+    let secrets: Api<Secret> =
+        Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
+    let Some(secret) = secrets.get_opt(secret).await? else {
+        return Ok(None);
+    };
+    let data = secret.data.unwrap_or_default();
+    let text = |key: &str| {
+        data.get(key)
+            .and_then(|v| String::from_utf8(v.0.clone()).ok())
+    };
+    let format = match text("format").as_deref() {
+        Some("ignition") => BootstrapFormat::Ignition,
+        Some("cloud-config") => BootstrapFormat::CloudConfig,
+        _ => format,
+    };
+    Ok(text("value").map(|value| BootstrapData {
+        format,
+        user_data: SecretValue::new(value),
+        network_config: text("network-config").map(SecretValue::new),
+    }))
+}
+
+async fn set_provider_id<K: Machine>(machine: &K, ctx: &Context, id: &str) -> Result<(), Error> {
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
+    let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "spec": {"providerID": id}});
+    api.patch(
+        &machine.name_any(),
+        &PatchParams::apply(FIELD_MANAGER),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    ctx.metrics.wrote(&name::<K>());
+    ctx.event(
+        machine,
+        EventType::Normal,
+        "Provisioned",
+        "Ensure",
+        format!("backend machine {id}"),
+    )
+    .await;
+    Ok(())
+}
+
+async fn write_status<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    outcome: Outcome<'_>,
+) -> Result<(), Error> {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let status = compute(
+        machine.machine_status(),
+        machine.desired_power_state(),
+        machine.meta().generation,
+        outcome,
+        &now,
+    );
+    if machine.machine_status() == Some(&status) {
+        return Ok(());
+    }
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
+    let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
+    api.patch_status(
+        &machine.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    ctx.metrics.wrote(&name::<K>());
+    Ok(())
+}
+
+fn error_policy<K: Machine>(
+    machine: Arc<K>,
+    error: &finalizer::Error<Error>,
+    ctx: Arc<Context>,
+) -> Action {
+    match error {
+        finalizer::Error::CleanupFailed(Error::DeletionInProgress(after)) => {
+            Action::requeue(*after)
+        }
+        other => {
+            tracing::warn!(machine = %key_of(machine.as_ref()), kind = %K::kind(&()), error = %other, "reconcile failed");
+            Action::requeue(ctx.backoff(&key_of(machine.as_ref())))
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! banlieue's controllers (feature `controllers`): Provider, VirtualMachine, one
+//! generic infrastructure machine controller per machine kind, and VMImage.
+//!
+//! Each reconciler is thin: it fetches, calls the pure functions of
+//! [`crate::scheduling`], [`crate::build`] and [`crate::status`], applies with
+//! server-side apply under a named field manager, and writes status only when it
+//! changed.
+//!
+//! Embedding them in another operator:
+//!
+//! ```no_run
+//! # async fn embed(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use banlieue_sdk::backend::BackendRegistry;
+//! use banlieue_sdk::controllers::{self, Metrics, Readiness, Settings};
+//!
+//! let registry = BackendRegistry::default(); // register your backends here
+//! let readiness = Readiness::default();
+//! let metrics = Arc::new(Metrics::unregistered());
+//! controllers::run(client, registry, Settings::default(), metrics, readiness, std::future::pending()).await;
+//! # Ok(()) }
+//! ```
+
+mod backends;
+mod context;
+mod image;
+mod infra;
+mod machine;
+mod metrics;
+mod provider;
+mod virtual_machine;
+mod watch;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::future::join_all;
+use kube::Client;
+
+use crate::backend::BackendRegistry;
+use crate::contract::InfraMachineKind;
+
+pub use metrics::Metrics;
+
+/// Finalizer on VirtualMachines: the infra machine must be gone first.
+pub const VIRTUAL_MACHINE_FINALIZER: &str = "banlieue.io/virtual-machine";
+/// Finalizer on infra machines: the backend VM must be gone first.
+pub const MACHINE_FINALIZER: &str = "infrastructure.banlieue.io/machine";
+
+/// How the controllers run.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Watch only this namespace (all when `None`).
+    pub namespace: Option<String>,
+    /// Only reconcile objects labelled `cluster.x-k8s.io/watch-filter=<value>`.
+    pub watch_filter: Option<String>,
+    /// How often a settled object is looked at again (backend drift, Provider re-check).
+    pub sync_period: Duration,
+    /// Parallel reconciles per controller.
+    pub concurrency: Concurrency,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            watch_filter: None,
+            sync_period: Duration::from_secs(600),
+            concurrency: Concurrency::default(),
+        }
+    }
+}
+
+/// Parallel reconciles per controller.
+#[derive(Clone, Copy, Debug)]
+pub struct Concurrency {
+    /// Provider controller.
+    pub provider: u16,
+    /// VirtualMachine controller.
+    pub virtual_machine: u16,
+    /// Each infra machine controller.
+    pub machine: u16,
+    /// VMImage controller.
+    pub image: u16,
+}
+
+impl Default for Concurrency {
+    fn default() -> Self {
+        Self {
+            provider: 4,
+            virtual_machine: 16,
+            machine: 16,
+            image: 2,
+        }
+    }
+}
+
+/// Whether every controller's caches have synced (for `/readyz`).
+#[derive(Clone, Debug, Default)]
+pub struct Readiness {
+    synced: Arc<AtomicUsize>,
+    expected: Arc<AtomicUsize>,
+}
+
+impl Readiness {
+    /// True once every started controller has synced its caches.
+    pub fn is_ready(&self) -> bool {
+        let expected = self.expected.load(Ordering::SeqCst);
+        expected > 0 && self.synced.load(Ordering::SeqCst) >= expected
+    }
+
+    pub(crate) fn expect(&self, n: usize) {
+        self.expected.store(n, Ordering::SeqCst);
+    }
+
+    pub(crate) fn synced(&self) {
+        self.synced.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Runs every controller until `shutdown` completes (then they drain and stop).
+pub async fn run(
+    client: Client,
+    registry: BackendRegistry,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let ctx = context::Context::new(client, registry, settings, metrics, readiness.clone());
+    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    let mut tasks: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
+        Box::pin(ctx.clone().start_stores(shutdown.clone())),
+        Box::pin(provider::run(ctx.clone(), shutdown.clone())),
+        Box::pin(virtual_machine::run(ctx.clone(), shutdown.clone())),
+        Box::pin(image::run(ctx.clone(), shutdown.clone())),
+    ];
+    for kind in InfraMachineKind::ALL {
+        tasks.push(match kind {
+            InfraMachineKind::VSphere => Box::pin(machine::run::<
+                crate::api::infra::vsphere::VSphereMachine,
+            >(ctx.clone(), shutdown.clone())),
+            InfraMachineKind::Proxmox => Box::pin(machine::run::<
+                crate::api::infra::proxmox::ProxmoxMachine,
+            >(ctx.clone(), shutdown.clone())),
+            InfraMachineKind::Libvirt => Box::pin(machine::run::<
+                crate::api::infra::libvirt::LibvirtMachine,
+            >(ctx.clone(), shutdown.clone())),
+            InfraMachineKind::CloudHypervisor => {
+                Box::pin(machine::run::<
+                    crate::api::infra::cloud_hypervisor::CloudHypervisorMachine,
+                >(ctx.clone(), shutdown.clone()))
+            }
+        });
+    }
+    // The shared stores plus each controller's own watch must sync.
+    readiness.expect(tasks.len());
+    join_all(tasks).await;
+}

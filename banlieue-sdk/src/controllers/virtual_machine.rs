@@ -1,0 +1,600 @@
+//! The VirtualMachine controller: resolve class and image, schedule, build and apply
+//! the infra machine, mirror its status, move it when the placement requires another
+//! Provider, and delete it explicitly before letting the VM go.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::context::{Context, key_of};
+use super::infra::{self, Existing};
+use super::{VIRTUAL_MACHINE_FINALIZER, watch};
+use crate::api::common::BootstrapFormat;
+use crate::api::virtual_machine::ScheduledPlacement;
+use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
+use crate::build::{self, machine_kind};
+use crate::conditions;
+use crate::scheduling::{self, Decision, Target};
+use crate::status::virtual_machine::{Infra, Input, Migration, Scheduling, compute};
+
+const NAME: &str = "virtualmachine";
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Not a failure: the infra machine is still being deleted (keeps the finalizer).
+    #[error("waiting for the infrastructure machine to be deleted")]
+    WaitingForInfra,
+}
+
+pub(crate) async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = &ctx.client;
+    let settings = &ctx.settings;
+    let controller = Controller::new(
+        watch::namespaced::<VirtualMachine>(client, settings),
+        watch::filtered(settings),
+    )
+    .with_config(ControllerConfig::default().concurrency(settings.concurrency.virtual_machine));
+    let _ = ctx.vms.set(controller.store());
+    let readiness = ctx.readiness.clone();
+    let store = controller.store();
+    tokio::spawn(async move {
+        let _ = store.wait_until_ready().await;
+        readiness.synced();
+    });
+    let (by_class, by_image, by_provider) =
+        (controller.store(), controller.store(), controller.store());
+    let infra_config = watch::filtered(settings);
+    controller
+        .owns(
+            watch::namespaced::<crate::api::infra::vsphere::VSphereMachine>(client, settings),
+            infra_config.clone(),
+        )
+        .owns(
+            watch::namespaced::<crate::api::infra::proxmox::ProxmoxMachine>(client, settings),
+            infra_config.clone(),
+        )
+        .owns(
+            watch::namespaced::<crate::api::infra::libvirt::LibvirtMachine>(client, settings),
+            infra_config.clone(),
+        )
+        .owns(
+            watch::namespaced::<crate::api::infra::cloud_hypervisor::CloudHypervisorMachine>(
+                client, settings,
+            ),
+            infra_config,
+        )
+        .watches(
+            Api::<VMClass>::all(client.clone()),
+            watch::unfiltered(),
+            move |class| {
+                let name = class.name_any();
+                refs(&by_class, |vm| vm.spec.class_ref.name == name)
+            },
+        )
+        .watches(
+            Api::<VMImage>::all(client.clone()),
+            watch::unfiltered(),
+            move |image| {
+                let name = image.name_any();
+                refs(&by_image, |vm| vm.spec.image_ref.name == name)
+            },
+        )
+        .watches(
+            watch::namespaced::<Provider>(client, settings),
+            watch::unfiltered(),
+            move |provider| {
+                let (namespace, name) = (provider.namespace(), provider.name_any());
+                // Only VMs that could care: unplaced ones, and those placed on this Provider.
+                refs(&by_provider, |vm| {
+                    vm.namespace() == namespace
+                        && match vm.status.as_ref().and_then(|s| s.placement.as_ref()) {
+                            None => true,
+                            Some(p) => p.provider == name,
+                        }
+                })
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+fn refs(
+    store: &kube::runtime::reflector::Store<VirtualMachine>,
+    wanted: impl Fn(&VirtualMachine) -> bool,
+) -> Vec<ObjectRef<VirtualMachine>> {
+    store
+        .state()
+        .into_iter()
+        .filter(|vm| wanted(vm))
+        .map(|vm| ObjectRef::from_obj(vm.as_ref()))
+        .collect()
+}
+
+async fn reconcile(
+    vm: Arc<VirtualMachine>,
+    ctx: Arc<Context>,
+) -> Result<Action, finalizer::Error<Error>> {
+    let started = Instant::now();
+    let _worker = ctx.metrics.worker(NAME);
+    let api: Api<VirtualMachine> =
+        Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
+    let result = finalizer(&api, VIRTUAL_MACHINE_FINALIZER, vm, |event| async {
+        match event {
+            finalizer::Event::Apply(vm) => apply(&vm, &ctx).await,
+            finalizer::Event::Cleanup(vm) => cleanup(&vm, &ctx).await,
+        }
+    })
+    .await;
+    let outcome = match &result {
+        Ok(_) => "success",
+        Err(finalizer::Error::CleanupFailed(Error::WaitingForInfra)) => "requeue_after",
+        Err(_) => "error",
+    };
+    ctx.metrics.reconciled(NAME, outcome, started.elapsed());
+    result
+}
+
+/// What this reconcile decided, for the status.
+struct Outcome<'a> {
+    scheduling: Scheduling<'a>,
+    migration: Option<Migration<'a>>,
+    waiting: Option<(&'a str, &'a str)>,
+}
+
+async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
+    let namespace = vm.namespace().unwrap_or_default();
+    let uid = vm.uid().unwrap_or_default();
+    let existing = infra::find(ctx, &namespace, &vm.name_any(), &uid);
+    let class = ctx
+        .stores
+        .classes
+        .get(&ObjectRef::new(&vm.spec.class_ref.name));
+    let image = ctx
+        .stores
+        .images
+        .get(&ObjectRef::new(&vm.spec.image_ref.name));
+    let (class, image) = match (class, image) {
+        (Some(class), Some(image)) => (class, image),
+        (class, _) => {
+            let (reason, message) = if class.is_none() {
+                (
+                    "ClassNotFound",
+                    format!("VMClass {:?} not found", vm.spec.class_ref.name),
+                )
+            } else {
+                (
+                    "ImageNotFound",
+                    format!("VMImage {:?} not found", vm.spec.image_ref.name),
+                )
+            };
+            let outcome = Outcome {
+                scheduling: Scheduling::Unschedulable {
+                    reason,
+                    message: &message,
+                },
+                migration: None,
+                waiting: None,
+            };
+            write_status(vm, ctx, &outcome, existing.first()).await?;
+            return Ok(Action::await_change());
+        }
+    };
+
+    let providers: Vec<Provider> = ctx
+        .stores
+        .providers
+        .state()
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(namespace.as_str()))
+        .map(|p| p.as_ref().clone())
+        .collect();
+    let siblings: Vec<VirtualMachine> = ctx
+        .vms
+        .get()
+        .map(|s| {
+            s.state()
+                .iter()
+                .filter(|v| v.namespace() == vm.namespace())
+                .map(|v| v.as_ref().clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let decision = scheduling::schedule(&scheduling::Input {
+        vm,
+        class: &class.spec,
+        image: image.as_ref(),
+        providers: &providers,
+        siblings: &siblings,
+    });
+    let current = vm.status.as_ref().and_then(|s| s.placement.as_ref());
+    let target = match (&decision, current) {
+        (Decision::Keep, Some(current)) => target_of(current),
+        (Decision::Place(target), _) => target.clone(),
+        (Decision::Unschedulable { reason, message }, _) => {
+            let outcome = Outcome {
+                scheduling: Scheduling::Unschedulable { reason, message },
+                migration: None,
+                waiting: None,
+            };
+            write_status(vm, ctx, &outcome, existing.first()).await?;
+            return Ok(Action::requeue(Duration::from_secs(60)));
+        }
+        (Decision::Keep, None) => unreachable_keep(),
+    };
+    let placement = target.to_status(None);
+    let provider = providers
+        .iter()
+        .find(|p| p.name_any() == target.provider)
+        .cloned();
+    let Some(provider) = provider else {
+        // The scheduler only places onto existing Providers; a vanished one shows up next round.
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+
+    // A machine elsewhere (another Provider or kind) must go before the new one comes.
+    let wanted_kind = machine_kind(&provider).ok();
+    let stale: Vec<&Existing> = existing
+        .iter()
+        .filter(|e| {
+            e.provider.as_deref() != Some(target.provider.as_str()) || Some(e.kind) != wanted_kind
+        })
+        .collect();
+    if !stale.is_empty() {
+        for old in &stale {
+            if !old.deleting {
+                infra::delete(ctx, &namespace, old).await?;
+                ctx.metrics.wrote(NAME);
+                let from = old.provider.clone().unwrap_or_default();
+                ctx.event(
+                    vm,
+                    EventType::Normal,
+                    "Migrating",
+                    "Migrate",
+                    format!(
+                        "removing {} on {from}, moving to {}",
+                        old.kind.kind(),
+                        target.provider
+                    ),
+                )
+                .await;
+            }
+        }
+        let message = format!(
+            "{} -> {} (Recreate: the old machine is deleted first)",
+            stale[0].provider.clone().unwrap_or_default(),
+            target.provider
+        );
+        let outcome = Outcome {
+            scheduling: Scheduling::Placed(&placement),
+            migration: Some(Migration {
+                reason: "RemovingOldMachine",
+                message: &message,
+            }),
+            waiting: None,
+        };
+        write_status(vm, ctx, &outcome, None).await?;
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    }
+
+    let bootstrap_secret = match ensure_bootstrap_secret(vm, ctx).await? {
+        Ok(secret) => secret,
+        Err(message) => {
+            let outcome = Outcome {
+                scheduling: Scheduling::Placed(&placement),
+                migration: None,
+                waiting: Some(("BootstrapDataNotFound", &message)),
+            };
+            write_status(vm, ctx, &outcome, existing.first()).await?;
+            return Ok(Action::requeue(Duration::from_secs(10)));
+        }
+    };
+    let built = build::infra_machine(&build::Input {
+        vm,
+        class: &class.spec,
+        image: image.as_ref(),
+        provider: &provider,
+        target: &target,
+        bootstrap_secret: bootstrap_secret.as_deref(),
+    });
+    let built = match built {
+        Ok(built) => built,
+        Err(error) => {
+            let outcome = Outcome {
+                scheduling: Scheduling::Unschedulable {
+                    reason: error.reason,
+                    message: &error.message,
+                },
+                migration: None,
+                waiting: None,
+            };
+            write_status(vm, ctx, &outcome, existing.first()).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let current_infra = existing.first();
+    if !current_infra.is_some_and(|e| e.matches(&built)) {
+        infra::apply(ctx, &built).await?;
+        ctx.metrics.wrote(NAME);
+        if current_infra.is_none() {
+            let fd = target
+                .failure_domain
+                .as_deref()
+                .map(|fd| format!(" ({fd})"))
+                .unwrap_or_default();
+            ctx.event(
+                vm,
+                EventType::Normal,
+                "Scheduled",
+                "Schedule",
+                format!(
+                    "on Provider {}{fd} as {}",
+                    target.provider,
+                    built.kind().kind()
+                ),
+            )
+            .await;
+        }
+    }
+    let outcome = Outcome {
+        scheduling: Scheduling::Placed(&placement),
+        migration: None,
+        waiting: None,
+    };
+    write_status(vm, ctx, &outcome, current_infra).await?;
+    ctx.succeeded(&key_of(vm));
+    Ok(Action::requeue(ctx.settings.sync_period))
+}
+
+fn unreachable_keep() -> Target {
+    // `schedule` answers Keep only for a VM that has a placement.
+    Target {
+        provider: String::new(),
+        class: crate::api::common::ProviderClass::Sim,
+        failure_domain: None,
+        topology: BTreeMap::new(),
+    }
+}
+
+fn target_of(placement: &ScheduledPlacement) -> Target {
+    Target {
+        provider: placement.provider.clone(),
+        class: placement
+            .provider_class
+            .unwrap_or(crate::api::common::ProviderClass::Sim),
+        failure_domain: placement.failure_domain.clone(),
+        topology: placement.topology.clone(),
+    }
+}
+
+/// Materialises the VM's bootstrap data as a Secret in CAPI's shape (`value`,
+/// `format`, `network-config`), owned by the VM. `Ok(Err(message))` when a source
+/// Secret or key is missing.
+async fn ensure_bootstrap_secret(
+    vm: &VirtualMachine,
+    ctx: &Context,
+) -> Result<Result<Option<String>, String>, Error> {
+    let Some(bootstrap) = &vm.spec.bootstrap else {
+        return Ok(Ok(None));
+    };
+    let namespace = vm.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut data: BTreeMap<String, ByteString> = BTreeMap::new();
+    for (selector, default_key, target_key) in [
+        (bootstrap.user_data.as_ref(), "value", "value"),
+        (
+            bootstrap.network_config.as_ref(),
+            "network-config",
+            "network-config",
+        ),
+    ] {
+        let Some(selector) = selector else { continue };
+        let Some(secret) = secrets.get_opt(&selector.name).await? else {
+            return Ok(Err(format!(
+                "bootstrap Secret {:?} not found",
+                selector.name
+            )));
+        };
+        let key = selector.key_or(default_key);
+        let Some(value) = secret.data.as_ref().and_then(|d| d.get(key)) else {
+            return Ok(Err(format!(
+                "bootstrap Secret {:?} has no key {key:?}",
+                selector.name
+            )));
+        };
+        data.insert(target_key.into(), value.clone());
+    }
+    let format = match bootstrap.format {
+        BootstrapFormat::CloudConfig => "cloud-config",
+        BootstrapFormat::Ignition => "ignition",
+    };
+    data.insert("format".into(), ByteString(format.as_bytes().to_vec()));
+    let name = format!("{}-bootstrap", vm.name_any());
+    let existing = secrets.get_opt(&name).await?;
+    if existing.as_ref().and_then(|s| s.data.as_ref()) != Some(&data) {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace),
+                owner_references: Some(vec![owner(vm)]),
+                labels: Some(BTreeMap::from([(
+                    build::VIRTUAL_MACHINE_LABEL.to_owned(),
+                    vm.name_any(),
+                )])),
+                ..Default::default()
+            },
+            data: Some(data),
+            type_: Some("cluster.x-k8s.io/secret".into()),
+            ..Default::default()
+        };
+        let mut patch = serde_json::to_value(&secret).unwrap_or_default();
+        patch["apiVersion"] = json!("v1");
+        patch["kind"] = json!("Secret");
+        secrets
+            .patch(
+                &name,
+                &PatchParams::apply(infra::FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        ctx.metrics.wrote(NAME);
+    }
+    Ok(Ok(Some(name)))
+}
+
+fn owner(vm: &VirtualMachine) -> OwnerReference {
+    vm.controller_owner_ref(&()).unwrap_or_default()
+}
+
+async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
+    let namespace = vm.namespace().unwrap_or_default();
+    // Read through the API, not the cache: the finalizer must not go while a machine exists.
+    let existing = infra::find(
+        ctx,
+        &namespace,
+        &vm.name_any(),
+        &vm.uid().unwrap_or_default(),
+    );
+    let mut remaining = false;
+    for kind in crate::contract::InfraMachineKind::ALL {
+        let found = existing.iter().find(|e| e.kind == kind);
+        if let Some(e) = found {
+            remaining = true;
+            if !e.deleting {
+                infra::delete(ctx, &namespace, e).await?;
+                ctx.metrics.wrote(NAME);
+            }
+        }
+    }
+    if remaining
+        || infra::exists_live(
+            ctx,
+            &namespace,
+            &vm.name_any(),
+            &vm.uid().unwrap_or_default(),
+        )
+        .await?
+    {
+        return Err(Error::WaitingForInfra);
+    }
+    if vm.spec.bootstrap.is_some() {
+        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+        match secrets
+            .delete(
+                &format!("{}-bootstrap", vm.name_any()),
+                &DeleteParams::background(),
+            )
+            .await
+        {
+            Ok(_) => ctx.metrics.wrote(NAME),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Action::await_change())
+}
+
+async fn write_status(
+    vm: &VirtualMachine,
+    ctx: &Context,
+    outcome: &Outcome<'_>,
+    infra: Option<&Existing>,
+) -> Result<(), Error> {
+    let reference = infra.map(Existing::reference);
+    let input = Input {
+        generation: vm.meta().generation,
+        desired_power: vm.spec.power_state,
+        scheduling: outcome.scheduling,
+        infra: infra.zip(reference.as_ref()).map(|(e, r)| Infra {
+            reference: r,
+            provider_id: e.provider_id.as_deref(),
+            status: e.status.as_ref(),
+        }),
+        migration: outcome.migration,
+        waiting: outcome.waiting,
+        deleting: false,
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let status = compute(vm.status.as_ref(), &input, &now);
+    if vm.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let was_ready = vm
+        .status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, conditions::types::READY));
+    let ready = conditions::is_true(&status.conditions, conditions::types::READY);
+    let api: Api<VirtualMachine> =
+        Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
+    let patch =
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "status": status});
+    api.patch_status(
+        &vm.name_any(),
+        &PatchParams::apply(infra::FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    ctx.metrics.wrote(NAME);
+    if ready && !was_ready {
+        ctx.event(
+            vm,
+            EventType::Normal,
+            "Ready",
+            "Reconcile",
+            "the VirtualMachine is ready".into(),
+        )
+        .await;
+    }
+    if let Scheduling::Unschedulable { reason, message } = outcome.scheduling {
+        let already = vm
+            .status
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, conditions::types::SCHEDULED))
+            .is_some_and(|c| c.reason == reason);
+        if !already {
+            ctx.event(
+                vm,
+                EventType::Warning,
+                reason,
+                "Schedule",
+                message.to_owned(),
+            )
+            .await;
+        }
+    }
+    Ok(())
+}
+
+fn error_policy(
+    vm: Arc<VirtualMachine>,
+    error: &finalizer::Error<Error>,
+    ctx: Arc<Context>,
+) -> Action {
+    match error {
+        finalizer::Error::CleanupFailed(Error::WaitingForInfra) => {
+            Action::requeue(Duration::from_secs(2))
+        }
+        other => {
+            tracing::warn!(vm = %key_of(vm.as_ref()), error = %other, "reconcile failed");
+            Action::requeue(ctx.backoff(&key_of(vm.as_ref())))
+        }
+    }
+}

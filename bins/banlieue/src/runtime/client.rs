@@ -1,0 +1,44 @@
+//! The Kubernetes client: kubeconfig discovery plus client-side rate limiting.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use kube::client::ClientBuilder;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use super::rate_limit::TokenBucketLayer;
+
+/// How to reach the apiserver.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// `--kubeconfig`; `None` infers it as kube does (in-cluster service account,
+    /// else `$KUBECONFIG`, else `~/.kube/config`).
+    pub kubeconfig: Option<PathBuf>,
+    /// `--kube-api-qps`.
+    pub qps: f64,
+    /// `--kube-api-burst`.
+    pub burst: u32,
+}
+
+/// Builds the client. Logs the apiserver URL, never the credentials.
+pub async fn build(config: &ClientConfig) -> anyhow::Result<Client> {
+    let kube_config = match &config.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .context("finding a kubeconfig (in-cluster, $KUBECONFIG or ~/.kube/config)")?,
+    };
+    tracing::info!(apiserver = %kube_config.cluster_url, qps = config.qps, burst = config.burst, "kubernetes client");
+    let client = ClientBuilder::try_from(kube_config)
+        .context("building the kubernetes client")?
+        .with_layer(&TokenBucketLayer::new(config.qps, config.burst))
+        .build();
+    Ok(client)
+}

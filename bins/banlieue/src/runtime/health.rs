@@ -1,0 +1,82 @@
+//! The health probe server (`--health-addr`): `/healthz` and `/readyz`.
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use banlieue_sdk::controllers::Readiness;
+
+use super::leader::LeaderStatus;
+
+/// What `/readyz` looks at.
+#[derive(Clone)]
+struct Probes {
+    readiness: Readiness,
+    /// `None` when leader election is off.
+    leader: Option<LeaderStatus>,
+}
+
+/// The answer of `/readyz`: ready when the controllers' caches have synced and,
+/// with leader election on, this replica holds the lease.
+pub fn readyz(ready: bool, leader: Option<bool>) -> (StatusCode, &'static str) {
+    match (leader, ready) {
+        (Some(false), _) => (StatusCode::SERVICE_UNAVAILABLE, "not the leader"),
+        (_, false) => (StatusCode::SERVICE_UNAVAILABLE, "caches not synced"),
+        (_, true) => (StatusCode::OK, "ok"),
+    }
+}
+
+/// Binds `addr` now (so a taken port fails startup) and serves the probes in the
+/// background for the life of the process.
+pub async fn serve(
+    addr: SocketAddr,
+    readiness: Readiness,
+    leader: Option<LeaderStatus>,
+) -> anyhow::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { (StatusCode::OK, "ok") }))
+        .route(
+            "/readyz",
+            get(|State(probes): State<Probes>| async move {
+                readyz(
+                    probes.readiness.is_ready(),
+                    probes.leader.as_ref().map(LeaderStatus::is_leader),
+                )
+            }),
+        )
+        .with_state(Probes { readiness, leader });
+    super::http::spawn("health", addr, app).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_needs_synced_caches() {
+        assert_eq!(readyz(true, None), (StatusCode::OK, "ok"));
+        assert_eq!(
+            readyz(false, None),
+            (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+        );
+    }
+
+    #[test]
+    fn ready_needs_the_lease_when_electing() {
+        assert_eq!(readyz(true, Some(true)), (StatusCode::OK, "ok"));
+        assert_eq!(
+            readyz(false, Some(true)),
+            (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+        );
+        assert_eq!(
+            readyz(true, Some(false)),
+            (StatusCode::SERVICE_UNAVAILABLE, "not the leader")
+        );
+        assert_eq!(
+            readyz(false, Some(false)),
+            (StatusCode::SERVICE_UNAVAILABLE, "not the leader")
+        );
+    }
+}

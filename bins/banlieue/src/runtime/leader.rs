@@ -1,0 +1,209 @@
+//! Lease-based leader election (`--leader-elect`), on kube-lease-manager.
+//!
+//! Only the replica holding the Lease runs the controllers. The mapping of
+//! controller-runtime's timing flags onto kube-lease-manager's whole-second
+//! parameters:
+//!
+//! - `--leader-elect-lease-duration` is the Lease's `leaseDurationSeconds`: how long
+//!   other replicas wait after the last renewal before taking over;
+//! - `--leader-elect-renew-deadline`: the holder renews this long after its last
+//!   renewal, i.e. `lease duration - renew deadline` (kube-lease-manager's "grace")
+//!   before the Lease would expire;
+//! - `--leader-elect-retry-period`: the pause between attempts after an API error
+//!   while waiting for the Lease. (While another replica holds a valid Lease,
+//!   kube-lease-manager sleeps until it expires rather than polling.)
+//!
+//! A renewal that fails with an API error counts as lost leadership: the holder
+//! cannot know whether the Lease is still its own, so it stops, as a
+//! controller-runtime manager does when its renew deadline passes.
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
+
+/// Leader election settings.
+#[derive(Clone, Debug)]
+pub struct LeaderConfig {
+    /// Name of the Lease.
+    pub lease_name: String,
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// `--leader-elect-lease-duration`.
+    pub lease_duration: Duration,
+    /// `--leader-elect-renew-deadline`.
+    pub renew_deadline: Duration,
+    /// `--leader-elect-retry-period`.
+    pub retry_period: Duration,
+}
+
+impl LeaderConfig {
+    /// kube-lease-manager's `(duration, grace)` in whole seconds, or why the timing
+    /// flags do not fit together.
+    pub fn lease_seconds(&self) -> Result<(u64, u64), String> {
+        let duration = self.lease_duration.as_secs();
+        let renew = self.renew_deadline.as_secs();
+        if self.retry_period.is_zero() {
+            return Err("--leader-elect-retry-period must be positive".into());
+        }
+        if renew == 0 {
+            return Err("--leader-elect-renew-deadline must be at least 1s".into());
+        }
+        if duration <= renew {
+            return Err(format!(
+                "--leader-elect-lease-duration ({duration}s) must be longer than --leader-elect-renew-deadline ({renew}s) by at least 1s"
+            ));
+        }
+        Ok((duration, duration - renew))
+    }
+}
+
+/// Whether this replica holds the Lease; cheap to clone and read (for `/readyz`).
+#[derive(Clone, Debug, Default)]
+pub struct LeaderStatus(Arc<AtomicBool>);
+
+impl LeaderStatus {
+    /// True while this replica holds the Lease.
+    pub fn is_leader(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    fn set(&self, leader: bool) {
+        self.0.store(leader, Ordering::SeqCst);
+    }
+}
+
+/// One replica's participation in the election.
+pub struct LeaderElection {
+    manager: LeaseManager,
+    identity: String,
+    retry_period: Duration,
+    status: LeaderStatus,
+}
+
+impl LeaderElection {
+    /// Creates the Lease if it does not exist yet (without taking it). `status`
+    /// follows this replica's leadership from then on.
+    pub async fn new(
+        client: kube::Client,
+        config: &LeaderConfig,
+        status: LeaderStatus,
+    ) -> anyhow::Result<Self> {
+        let (duration, grace) = config.lease_seconds().map_err(anyhow::Error::msg)?;
+        let identity = identity();
+        let manager = LeaseManagerBuilder::new(client, &config.lease_name)
+            .with_namespace(&config.namespace)
+            .with_identity(&identity)
+            .with_duration(duration)
+            .with_grace(grace)
+            // The field manager stays per identity (kube-lease-manager-<identity>):
+            // server-side apply conflicts between replicas are what make the lock safe.
+            .build()
+            .await
+            .with_context(|| {
+                format!("preparing Lease {}/{}", config.namespace, config.lease_name)
+            })?;
+        tracing::info!(
+            lease = %config.lease_name, namespace = %config.namespace, %identity,
+            lease_duration_seconds = duration, renew_before_expiry_seconds = grace,
+            "leader election prepared"
+        );
+        Ok(Self {
+            manager,
+            identity,
+            retry_period: config.retry_period,
+            status,
+        })
+    }
+
+    /// Waits until this replica holds the Lease, retrying API errors every retry period.
+    pub async fn acquire(&self) {
+        tracing::info!(identity = %self.identity, "waiting to become the leader");
+        loop {
+            match self.manager.changed().await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%error, retry_in = ?self.retry_period, "leader election: cannot take the Lease");
+                    tokio::time::sleep(self.retry_period).await;
+                }
+            }
+        }
+        self.status.set(true);
+        tracing::info!(identity = %self.identity, "became the leader");
+    }
+
+    /// Keeps renewing the Lease; returns why leadership was lost. Cancel-safe: drop
+    /// the future to stop renewing.
+    pub async fn hold(&self) -> String {
+        let reason = loop {
+            match self.manager.changed().await {
+                Ok(false) => break "another replica took the Lease".to_string(),
+                Ok(true) => {}
+                Err(error) => break format!("renewing the Lease failed: {error}"),
+            }
+        };
+        self.status.set(false);
+        reason
+    }
+
+    /// Gives the Lease up (if held), so that another replica takes over at once.
+    pub async fn release(&self) {
+        let was_leader = self.status.is_leader();
+        self.status.set(false);
+        match self.manager.release().await {
+            Ok(()) if was_leader => tracing::info!(identity = %self.identity, "released the Lease"),
+            Ok(()) => {}
+            Err(error) => tracing::warn!(%error, "releasing the Lease"),
+        }
+    }
+}
+
+/// `<hostname>_<random>`: the pod name in a cluster, unique per process.
+fn identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "banlieue".into());
+    let random = RandomState::new().hash_one((std::process::id(), std::time::SystemTime::now()));
+    format!("{host}_{random:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(lease: u64, renew: u64, retry: u64) -> LeaderConfig {
+        LeaderConfig {
+            lease_name: "banlieue-leader-election".into(),
+            namespace: "banlieue-system".into(),
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_secs(renew),
+            retry_period: Duration::from_secs(retry),
+        }
+    }
+
+    #[test]
+    fn defaults_map_to_fifteen_seconds_renewed_five_before_expiry() {
+        assert_eq!(config(15, 10, 2).lease_seconds(), Ok((15, 5)));
+    }
+
+    #[test]
+    fn inconsistent_timing_is_rejected() {
+        assert!(config(10, 10, 2).lease_seconds().is_err());
+        assert!(config(10, 15, 2).lease_seconds().is_err());
+        assert!(config(15, 0, 2).lease_seconds().is_err());
+        assert!(config(15, 10, 0).lease_seconds().is_err());
+    }
+
+    #[test]
+    fn identities_differ() {
+        assert_ne!(identity(), identity());
+    }
+}

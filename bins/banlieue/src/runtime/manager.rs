@@ -1,0 +1,154 @@
+//! Ties the pieces of `banlieue run` together: client, probes, metrics, leader
+//! election and the SDK's controllers, and decides how the process ends.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use banlieue_sdk::controllers::{self, Metrics, Readiness, Settings};
+use prometheus_client::registry::Registry;
+
+use super::client::ClientConfig;
+use super::leader::{LeaderConfig, LeaderElection, LeaderStatus};
+use super::shutdown::{Stop, StopReason};
+use super::{backends, client, health, metrics, shutdown};
+
+/// How long the controllers get to finish after SIGTERM/SIGINT.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Everything `banlieue run` was told.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// How to reach the apiserver.
+    pub client: ClientConfig,
+    /// `--health-addr` (`None`: disabled).
+    pub health_addr: Option<SocketAddr>,
+    /// `--diagnostics-address` (`None`: disabled).
+    pub diagnostics_addr: Option<SocketAddr>,
+    /// Leader election, when `--leader-elect`.
+    pub leader: Option<LeaderConfig>,
+    /// What the controllers watch and how.
+    pub settings: Settings,
+}
+
+/// Runs until SIGTERM/SIGINT (`Ok`, after draining and releasing the Lease) or
+/// until leadership is lost or the controllers die (`Err`: exit non-zero, the pod
+/// restarts cleanly).
+pub async fn run(config: RunConfig) -> anyhow::Result<()> {
+    let compiled = backends::compiled();
+    let registry = backends::registry();
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        backends = %backends::summary(&compiled),
+        namespace = config.settings.namespace.as_deref().unwrap_or("(all)"),
+        watch_filter = config.settings.watch_filter.as_deref().unwrap_or("(none)"),
+        sync_period = ?config.settings.sync_period,
+        concurrency = ?config.settings.concurrency,
+        leader_election = config.leader.is_some(),
+        "starting banlieue"
+    );
+    if registry.classes().next().is_none() {
+        tracing::warn!("no backend adapter compiled in: no Provider can become ready");
+    }
+
+    let client = client::build(&config.client).await?;
+    let mut metrics_registry = Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut metrics_registry));
+    let readiness = Readiness::default();
+    let stop = Stop::default();
+    shutdown::on_signals(stop.clone())?;
+
+    let leader_status = config.leader.as_ref().map(|_| LeaderStatus::default());
+    if let Some(addr) = config.health_addr {
+        health::serve(addr, readiness.clone(), leader_status.clone()).await?;
+    }
+    if let Some(addr) = config.diagnostics_addr {
+        metrics::serve(addr, Arc::new(metrics_registry)).await?;
+    }
+
+    let election = match (&config.leader, leader_status) {
+        (Some(leader), Some(status)) => {
+            Some(LeaderElection::new(client.clone(), leader, status).await?)
+        }
+        _ => None,
+    };
+    if let Some(election) = &election {
+        tokio::select! {
+            () = election.acquire() => {}
+            () = stop.wait() => {
+                election.release().await;
+                tracing::info!(reason = %stop.reason().map(|r| r.to_string()).unwrap_or_default(), "stopped before becoming the leader");
+                return Ok(());
+            }
+        }
+    }
+
+    tracing::info!("starting the controllers");
+    let mut running = tokio::spawn(controllers::run(
+        client,
+        registry,
+        config.settings,
+        metrics,
+        readiness,
+        stop.wait(),
+    ));
+
+    let hold = hold_lease(election.as_ref());
+    tokio::pin!(hold);
+    let mut holding = true;
+    tokio::select! {
+        () = stop.wait() => {}
+        why = &mut hold => {
+            holding = false;
+            stop.trigger(StopReason::LeadershipLost(why));
+        }
+        result = &mut running => {
+            let why = match result {
+                Ok(()) => "returned".to_string(),
+                Err(error) => error.to_string(),
+            };
+            stop.trigger(StopReason::ControllersExited(why));
+        }
+    }
+    let reason = stop
+        .reason()
+        .unwrap_or(StopReason::ControllersExited("unknown".into()));
+    match reason {
+        StopReason::Signal(_) => {
+            tracing::info!(%reason, timeout = ?SHUTDOWN_TIMEOUT, "stopping the controllers");
+            // Keep renewing the Lease while draining, so no other replica starts early.
+            tokio::select! {
+                drained = tokio::time::timeout(SHUTDOWN_TIMEOUT, &mut running) => {
+                    if drained.is_err() {
+                        tracing::warn!(timeout = ?SHUTDOWN_TIMEOUT, "the controllers did not stop in time; exiting anyway");
+                    }
+                }
+                why = &mut hold, if holding => {
+                    anyhow::bail!(StopReason::LeadershipLost(why));
+                }
+            }
+            if let Some(election) = &election {
+                election.release().await;
+            }
+            tracing::info!("stopped");
+            Ok(())
+        }
+        // Like a controller-runtime manager: no graceful drain once the Lease is gone,
+        // since another replica may already be reconciling.
+        StopReason::LeadershipLost(_) => Err(anyhow::Error::msg(reason)),
+        StopReason::ControllersExited(_) => {
+            if let Some(election) = &election {
+                election.release().await;
+            }
+            Err(anyhow::Error::msg(reason))
+        }
+    }
+}
+
+/// Renews the Lease until it is lost (never completes without leader election).
+async fn hold_lease(election: Option<&LeaderElection>) -> String {
+    match election {
+        Some(election) => election.hold().await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,12 @@
+//! What `banlieue run` is made of, one job per module.
+
+pub mod backends;
+pub mod client;
+pub mod health;
+mod http;
+pub mod leader;
+pub mod logging;
+pub mod manager;
+pub mod metrics;
+pub mod rate_limit;
+pub mod shutdown;

@@ -1,0 +1,112 @@
+//! Running banlieue's controllers in-process against the test control plane, with the
+//! simulated backend, scoped to one test namespace.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use banlieue_backend_sim::SimFactory;
+use banlieue_sdk::api::common::ProviderClass;
+use banlieue_sdk::backend::BackendRegistry;
+use banlieue_sdk::controllers::{self, Concurrency, Metrics, Readiness, Settings};
+use kube::api::Api;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::oneshot;
+
+/// Controllers running for one namespace; stopped on drop.
+pub struct Operator {
+    /// The simulator behind every `sim` Provider, for inspecting backend state.
+    pub sim: Arc<SimFactory>,
+    /// Cache-sync state.
+    pub readiness: Readiness,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Operator {
+    /// Starts every controller watching only `namespace`, with a short sync period.
+    pub fn start(client: Client, namespace: &str) -> Self {
+        Self::start_with(client, namespace, Duration::from_secs(30))
+    }
+
+    /// As [`Operator::start`], with a given sync period.
+    pub fn start_with(client: Client, namespace: &str, sync_period: Duration) -> Self {
+        let sim = Arc::new(SimFactory::new());
+        let mut registry = BackendRegistry::default();
+        registry.register(ProviderClass::Sim, sim.clone());
+        let settings = Settings {
+            namespace: Some(namespace.to_owned()),
+            watch_filter: None,
+            sync_period,
+            concurrency: Concurrency::default(),
+        };
+        let readiness = Readiness::default();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        tokio::spawn(controllers::run(
+            client,
+            registry,
+            settings,
+            Arc::new(Metrics::unregistered()),
+            readiness.clone(),
+            shutdown,
+        ));
+        Self {
+            sim,
+            readiness,
+            stop: Some(stop),
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Polls `name` until `done` holds, or panics after `timeout` showing the last state.
+pub async fn wait_for<K>(
+    api: &Api<K>,
+    name: &str,
+    timeout: Duration,
+    done: impl Fn(&K) -> bool,
+) -> K
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let started = Instant::now();
+    let mut last = None;
+    while started.elapsed() < timeout {
+        match api.get_opt(name).await {
+            Ok(Some(object)) if done(&object) => return object,
+            Ok(object) => last = Some(format!("{object:#?}")),
+            Err(error) => last = Some(format!("error: {error}")),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "timed out after {timeout:?} waiting for {name}; last seen:\n{}",
+        last.unwrap_or_default()
+    );
+}
+
+/// Polls until `name` no longer exists, or panics after `timeout`.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str, timeout: Duration)
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if api.get_opt(name).await.expect("get").is_none() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let last = api.get_opt(name).await.expect("get");
+    panic!("{name} still exists after {timeout:?}: {last:#?}");
+}

@@ -1,0 +1,514 @@
+//! banlieue's controllers against a real apiserver, with the simulated backend:
+//! VirtualMachines become Ready, power round-trips, unresolvable references become
+//! conditions and recover, deletion cleans up, moves keep the VM, and a converged
+//! system stops writing.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use banlieue_integration_tests::apply;
+use banlieue_integration_tests::operator::{Operator, wait_for, wait_gone};
+use banlieue_sdk::api::infra::libvirt::LibvirtMachine;
+use banlieue_sdk::api::{Provider, VirtualMachine};
+use banlieue_sdk::conditions;
+use banlieue_testenv::TestNamespace;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn sim_provider(name: &str, endpoint: &str, settings: Value) -> Value {
+    json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name},
+        "spec": {
+            "class": "sim",
+            "connection": {"endpoint": endpoint},
+            "capabilities": {
+                "storageClasses": [{"name": "fast", "target": {"pool": "default"}}],
+                "networkClasses": [{"name": "lan", "target": {"network": "default"}}]
+            },
+            "settings": settings
+        }
+    })
+}
+
+fn class(name: &str) -> Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": name},
+           "spec": {"cpus": 1, "memoryMiB": 512, "disk": {"sizeGiB": 5, "storageClass": "fast"}}})
+}
+
+fn image(name: &str) -> Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": name},
+           "spec": {"os": {"family": "linux", "distribution": "debian", "version": "13"}, "sources": {"sim": {"name": "debian"}}}})
+}
+
+fn vm(name: &str, class: &str, image: &str, provider: Option<&str>) -> Value {
+    let mut vm = json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {"classRef": {"name": class}, "imageRef": {"name": image}, "networks": [{"name": "eth0", "networkClass": "lan"}]}
+    });
+    if let Some(p) = provider {
+        vm["spec"]["placement"] = json!({"providerRef": {"name": p}});
+    }
+    vm
+}
+
+/// A namespace with a Provider `sim` (endpoint unique to the test), a class and an image.
+async fn world(prefix: &str, settings: Value) -> (TestNamespace, Operator, String, String) {
+    let ns = banlieue_testenv::namespace(prefix).await;
+    let class_name = format!("{}-small", ns.name);
+    let image_name = format!("{}-debian", ns.name);
+    for object in [
+        sim_provider("sim", &format!("sim://{}", ns.name), settings),
+        class(&class_name),
+        image(&image_name),
+    ] {
+        apply(&ns.client, &ns.name, &object).await.expect("fixture");
+    }
+    let operator = Operator::start(ns.client.clone(), &ns.name);
+    (ns, operator, class_name, image_name)
+}
+
+fn condition<'a>(
+    vm: &'a VirtualMachine,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    vm.status
+        .as_ref()
+        .and_then(|s| conditions::get(&s.conditions, type_))
+}
+
+fn is_ready(vm: &VirtualMachine) -> bool {
+    condition(vm, "Ready").is_some_and(|c| c.status == "True")
+}
+
+fn reason_of(vm: &VirtualMachine, type_: &str) -> Option<String> {
+    condition(vm, type_).map(|c| c.reason.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_machine_becomes_ready_with_its_infra_machine_mirrored() {
+    let (ns, operator, class, image) = world("ready", json!({"latency": "200ms"})).await;
+    apply(&ns.client, &ns.name, &vm("web-1", &class, &image, None))
+        .await
+        .unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    let ready = wait_for(&vms, "web-1", WAIT, is_ready).await;
+
+    let status = ready.status.as_ref().unwrap();
+    let provider_id = status.provider_id.clone().expect("providerID mirrored");
+    assert!(provider_id.starts_with("libvirt://"), "{provider_id}");
+    assert!(
+        status
+            .addresses
+            .iter()
+            .any(|a| a.address.starts_with("10.")),
+        "{:?}",
+        status.addresses
+    );
+    assert_eq!(status.placement.as_ref().unwrap().provider, "sim");
+    assert_eq!(
+        status.phase,
+        Some(banlieue_sdk::api::virtual_machine::VirtualMachinePhase::Running)
+    );
+    assert!(
+        ready
+            .finalizers()
+            .iter()
+            .any(|f| f == "banlieue.io/virtual-machine")
+    );
+
+    let machines: Api<LibvirtMachine> = ns.api();
+    let machine = machines.get("web-1").await.unwrap();
+    let owner = &machine.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("VirtualMachine", ready.uid().unwrap().as_str(), Some(true))
+    );
+    assert_eq!(
+        machine
+            .labels()
+            .get("banlieue.io/virtual-machine")
+            .map(String::as_str),
+        Some("web-1")
+    );
+    assert_eq!(machine.labels().get("app").map(String::as_str), Some("web"));
+    assert_eq!(
+        machine.spec.provider_id.as_deref(),
+        Some(provider_id.as_str())
+    );
+    let machine_status = machine.status.as_ref().unwrap();
+    assert_eq!(
+        machine_status.initialization.as_ref().unwrap().provisioned,
+        Some(true)
+    );
+    assert!(machine_status.failure_domain.is_some());
+    assert!(conditions::is_true(&machine_status.conditions, "Ready"));
+
+    // Exactly one backend machine, carrying the infra object's UID.
+    let backend = operator.sim.machines(&format!("sim://{}", ns.name));
+    assert_eq!(backend.len(), 1);
+    assert_eq!(backend[0].identity.uid, machine.uid().unwrap());
+
+    let providers: Api<Provider> = ns.api();
+    let provider = providers.get("sim").await.unwrap();
+    let provider_status = provider.status.unwrap();
+    assert!(conditions::is_true(
+        &provider_status.conditions,
+        "Reachable"
+    ));
+    assert_eq!(provider_status.failure_domains.len(), 2);
+    assert_eq!(provider_status.failure_domains[0].storage_classes, ["fast"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_off_and_on_round_trip() {
+    let (ns, operator, class, image) = world("power", json!({"latency": "100ms"})).await;
+    apply(&ns.client, &ns.name, &vm("v", &class, &image, Some("sim")))
+        .await
+        .unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    wait_for(&vms, "v", WAIT, is_ready).await;
+    let endpoint = format!("sim://{}", ns.name);
+    for (state, phase) in [("PoweredOff", "Stopped"), ("PoweredOn", "Running")] {
+        let patch = json!({"spec": {"powerState": state}});
+        vms.patch("v", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let vm = wait_for(&vms, "v", WAIT, |vm| {
+            is_ready(vm)
+                && vm
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.power_state)
+                    .map(|p| format!("{p:?}"))
+                    == Some(state.into())
+        })
+        .await;
+        let status = vm.status.unwrap();
+        assert_eq!(format!("{:?}", status.phase.unwrap()), phase);
+        let backend = operator.sim.machines(&endpoint);
+        assert_eq!(
+            backend[0].power_state.map(|p| format!("{p:?}")).as_deref(),
+            Some(state)
+        );
+        if state == "PoweredOff" {
+            assert!(
+                status.addresses.is_empty(),
+                "a stopped machine reports no address"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_references_become_conditions_and_recover() {
+    let ns = banlieue_testenv::namespace("missing").await;
+    let _operator = Operator::start(ns.client.clone(), &ns.name);
+    let vms: Api<VirtualMachine> = ns.api();
+    let (class_name, image_name) = (format!("{}-small", ns.name), format!("{}-debian", ns.name));
+    apply(
+        &ns.client,
+        &ns.name,
+        &vm("v", &class_name, &image_name, Some("sim")),
+    )
+    .await
+    .unwrap();
+
+    let v = wait_for(&vms, "v", WAIT, |vm| {
+        reason_of(vm, "Scheduled").as_deref() == Some("ClassNotFound")
+    })
+    .await;
+    assert!(
+        condition(&v, "Scheduled")
+            .unwrap()
+            .message
+            .contains(&class_name)
+    );
+    apply(&ns.client, &ns.name, &class(&class_name))
+        .await
+        .unwrap();
+    wait_for(&vms, "v", WAIT, |vm| {
+        reason_of(vm, "Scheduled").as_deref() == Some("ImageNotFound")
+    })
+    .await;
+    apply(&ns.client, &ns.name, &image(&image_name))
+        .await
+        .unwrap();
+    wait_for(&vms, "v", WAIT, |vm| {
+        reason_of(vm, "Scheduled").as_deref() == Some("ProviderNotFound")
+    })
+    .await;
+
+    // A Provider whose credentials Secret is missing is not Ready, and says why.
+    let mut provider = sim_provider("sim", &format!("sim://{}", ns.name), json!({}));
+    provider["spec"]["connection"]["credentialsRef"] = json!({"name": "sim-credentials"});
+    apply(&ns.client, &ns.name, &provider).await.unwrap();
+    let providers: Api<Provider> = ns.api();
+    let p = wait_for(&providers, "sim", WAIT, |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, "Ready"))
+            .is_some_and(|c| c.reason == "CredentialsNotFound")
+    })
+    .await;
+    let message = &conditions::get(&p.status.as_ref().unwrap().conditions, "Ready")
+        .unwrap()
+        .message;
+    assert!(message.contains("sim-credentials"), "{message}");
+    wait_for(&vms, "v", WAIT, |vm| {
+        reason_of(vm, "Scheduled").as_deref() == Some("NoFeasibleProvider")
+    })
+    .await;
+
+    // The Secret appears: the Provider is re-checked at once (Secret watch), the VM proceeds.
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sim-credentials"}, "stringData": {"token": "t0p-s3cret"}});
+    apply(&ns.client, &ns.name, &secret).await.unwrap();
+    let ready = wait_for(&vms, "v", WAIT, is_ready).await;
+    let everything = serde_json::to_string(&ready).unwrap()
+        + &serde_json::to_string(&providers.get("sim").await.unwrap()).unwrap();
+    assert!(
+        !everything.contains("t0p-s3cret"),
+        "a secret value leaked into status"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_removes_the_infra_machine_and_the_backend_vm() {
+    let (ns, operator, class, image) = world("delete", json!({"latency": "100ms"})).await;
+    let endpoint = format!("sim://{}", ns.name);
+    let vms: Api<VirtualMachine> = ns.api();
+    let machines: Api<LibvirtMachine> = ns.api();
+    for name in ["a", "b"] {
+        apply(&ns.client, &ns.name, &vm(name, &class, &image, Some("sim")))
+            .await
+            .unwrap();
+        wait_for(&vms, name, WAIT, is_ready).await;
+    }
+    assert_eq!(operator.sim.machines(&endpoint).len(), 2);
+
+    vms.delete("a", &DeleteParams::default()).await.unwrap();
+    wait_gone(&vms, "a", WAIT).await;
+    assert!(
+        machines.get_opt("a").await.unwrap().is_none(),
+        "infra machine deleted explicitly"
+    );
+    assert_eq!(
+        operator.sim.machines(&endpoint).len(),
+        1,
+        "backend VM gone before the finalizer went"
+    );
+
+    // With its Provider gone, deleting a VM does not hang (the backend VM is reported left behind).
+    let providers: Api<Provider> = ns.api();
+    providers
+        .delete("sim", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&providers, "sim", WAIT).await;
+    vms.delete("b", &DeleteParams::default()).await.unwrap();
+    wait_gone(&vms, "b", WAIT).await;
+    assert!(machines.get_opt("b").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_to_another_provider_keeps_the_virtual_machine() {
+    let (ns, operator, class, image) = world("swap", json!({"latency": "100ms"})).await;
+    apply(
+        &ns.client,
+        &ns.name,
+        &sim_provider(
+            "sim-2",
+            &format!("sim://{}-2", ns.name),
+            json!({"machineKind": "VSphereMachine"}),
+        ),
+    )
+    .await
+    .unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    apply(&ns.client, &ns.name, &vm("v", &class, &image, Some("sim")))
+        .await
+        .unwrap();
+    let before = wait_for(&vms, "v", WAIT, is_ready).await;
+    let old_id = before.status.as_ref().unwrap().provider_id.clone().unwrap();
+
+    apply(
+        &ns.client,
+        &ns.name,
+        &vm("v", &class, &image, Some("sim-2")),
+    )
+    .await
+    .unwrap();
+    let after = wait_for(&vms, "v", WAIT, |vm| {
+        is_ready(vm)
+            && vm
+                .status
+                .as_ref()
+                .and_then(|s| s.placement.as_ref())
+                .is_some_and(|p| p.provider == "sim-2")
+    })
+    .await;
+    assert_eq!(before.uid(), after.uid(), "the same VirtualMachine object");
+    let new_id = after.status.as_ref().unwrap().provider_id.clone().unwrap();
+    assert!(
+        new_id.starts_with("vsphere://"),
+        "rebuilt as the new Provider's kind: {new_id}"
+    );
+    assert_ne!(old_id, new_id);
+    assert!(
+        operator
+            .sim
+            .machines(&format!("sim://{}", ns.name))
+            .is_empty(),
+        "old backend VM deleted"
+    );
+    assert_eq!(
+        operator.sim.machines(&format!("sim://{}-2", ns.name)).len(),
+        1
+    );
+    let migrating = condition(&after, "Migrating").expect("Migrating recorded");
+    assert_eq!(
+        (migrating.status.as_str(), migrating.reason.as_str()),
+        ("False", "Completed")
+    );
+    let machines: Api<LibvirtMachine> = ns.api();
+    assert!(
+        machines.get_opt("v").await.unwrap().is_none(),
+        "the old kind's object is gone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_faults_converge_and_terminal_ones_stop() {
+    let (ns, operator, class, image) = world(
+        "faults",
+        json!({"failureRate": "0.3", "failureKinds": "transient", "seed": "7"}),
+    )
+    .await;
+    let vms: Api<VirtualMachine> = ns.api();
+    for i in 0..3 {
+        apply(
+            &ns.client,
+            &ns.name,
+            &vm(&format!("v{i}"), &class, &image, Some("sim")),
+        )
+        .await
+        .unwrap();
+    }
+    for i in 0..3 {
+        wait_for(&vms, &format!("v{i}"), WAIT, is_ready).await;
+    }
+    assert_eq!(
+        operator.sim.machines(&format!("sim://{}", ns.name)).len(),
+        3,
+        "retries never duplicate a machine"
+    );
+
+    // Terminal: capacity 0 on a second Provider.
+    apply(
+        &ns.client,
+        &ns.name,
+        &sim_provider(
+            "full",
+            &format!("sim://{}-full", ns.name),
+            json!({"capacity": "0"}),
+        ),
+    )
+    .await
+    .unwrap();
+    apply(
+        &ns.client,
+        &ns.name,
+        &vm("too-many", &class, &image, Some("full")),
+    )
+    .await
+    .unwrap();
+    let failed = wait_for(&vms, "too-many", WAIT, |vm| {
+        reason_of(vm, "InfrastructureReady").as_deref() == Some("TerminalFailure")
+    })
+    .await;
+    assert!(
+        condition(&failed, "InfrastructureReady")
+            .unwrap()
+            .message
+            .contains("InsufficientCapacity")
+    );
+    assert_eq!(
+        format!("{:?}", failed.status.unwrap().phase.unwrap()),
+        "Failed"
+    );
+    let endpoint = format!("sim://{}-full", ns.name);
+    let calls_before = operator.sim.stats(&endpoint).ensure;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let calls_after = operator.sim.stats(&endpoint).ensure;
+    assert!(
+        calls_after - calls_before <= 1,
+        "a terminal failure is not retried hot: {calls_before} -> {calls_after}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_converged_system_stops_writing() {
+    let (ns, _operator, class, image) = world("steady", json!({})).await;
+    let vms: Api<VirtualMachine> = ns.api();
+    for i in 0..5 {
+        apply(
+            &ns.client,
+            &ns.name,
+            &vm(&format!("v{i}"), &class, &image, None),
+        )
+        .await
+        .unwrap();
+    }
+    for i in 0..5 {
+        wait_for(&vms, &format!("v{i}"), WAIT, is_ready).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await; // let the last mirrors land
+    let versions = snapshot(&ns).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        versions,
+        snapshot(&ns).await,
+        "objects changed after convergence"
+    );
+}
+
+/// resourceVersion of every VM, infra machine and Provider in the namespace.
+async fn snapshot(ns: &TestNamespace) -> BTreeMap<String, String> {
+    let mut versions = BTreeMap::new();
+    for vm in ns
+        .api::<VirtualMachine>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        versions.insert(
+            format!("vm/{}", vm.name_any()),
+            vm.resource_version().unwrap(),
+        );
+    }
+    for m in ns
+        .api::<LibvirtMachine>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        versions.insert(
+            format!("machine/{}", m.name_any()),
+            m.resource_version().unwrap(),
+        );
+    }
+    for p in ns
+        .api::<Provider>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        versions.insert(
+            format!("provider/{}", p.name_any()),
+            p.meta().resource_version.clone().unwrap(),
+        );
+    }
+    versions
+}
