@@ -179,7 +179,7 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             },
         )
         .await?;
-        return Ok(Action::await_change());
+        return Ok(Action::requeue(ctx.backoff(&key_of(machine))));
     };
     if provider.spec.paused || machine.annotations().contains_key(PAUSED_ANNOTATION) {
         let message = if provider.spec.paused {

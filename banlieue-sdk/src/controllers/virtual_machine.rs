@@ -195,7 +195,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                 waiting: None,
             };
             write_status(vm, ctx, &outcome, existing.first()).await?;
-            return Ok(Action::await_change());
+            return Ok(Action::requeue(ctx.backoff(&key_of(vm))));
         }
     };
 
@@ -236,7 +236,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                 waiting: None,
             };
             write_status(vm, ctx, &outcome, existing.first()).await?;
-            return Ok(Action::requeue(Duration::from_secs(60)));
+            return Ok(Action::requeue(ctx.backoff(&key_of(vm))));
         }
         (Decision::Keep, None) => unreachable_keep(),
     };

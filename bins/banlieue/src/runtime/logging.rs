@@ -4,6 +4,8 @@
 //! `SecretValue`, whose `Debug` and `Display` print a placeholder, and the kube
 //! `Config` (which holds tokens and keys) is never logged.
 
+use std::io::IsTerminal as _;
+
 use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
 
