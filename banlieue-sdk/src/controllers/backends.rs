@@ -25,8 +25,11 @@ use crate::status::provider::Unreachable;
 pub(crate) struct BackendCache {
     registry: BackendRegistry,
     metrics: Arc<Metrics>,
-    entries: Mutex<HashMap<String, (u64, Arc<dyn Backend>)>>,
+    entries: Mutex<HashMap<String, Connected>>,
 }
+
+/// A connected backend and the fingerprint of the connection it was made for.
+type Connected = (u64, Arc<dyn Backend>);
 
 impl BackendCache {
     pub fn new(registry: BackendRegistry, metrics: Arc<Metrics>) -> Self {

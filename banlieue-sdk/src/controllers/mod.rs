@@ -43,6 +43,8 @@ use crate::backend::BackendRegistry;
 use crate::contract::InfraMachineKind;
 
 pub use metrics::Metrics;
+/// The Prometheus registry [`Metrics::new`] registers into.
+pub use prometheus_client::registry::Registry as PrometheusRegistry;
 
 /// Finalizer on VirtualMachines: the infra machine must be gone first.
 pub const VIRTUAL_MACHINE_FINALIZER: &str = "banlieue.io/virtual-machine";
