@@ -207,24 +207,42 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         .filter(|p| p.namespace().as_deref() == Some(namespace.as_str()))
         .map(|p| p.as_ref().clone())
         .collect();
-    let siblings: Vec<VirtualMachine> = ctx
-        .vms
-        .get()
-        .map(|s| {
-            s.state()
-                .iter()
-                .filter(|v| v.namespace() == vm.namespace())
-                .map(|v| v.as_ref().clone())
-                .collect()
+    // Siblings matter only for a VM that must be (re)placed: try the sticky answer first.
+    let all_vms = if vm
+        .status
+        .as_ref()
+        .and_then(|s| s.placement.as_ref())
+        .is_some()
+    {
+        Vec::new()
+    } else {
+        ctx.vms.get().map(|s| s.state()).unwrap_or_default()
+    };
+    let mut siblings: Vec<&VirtualMachine> = all_vms
+        .iter()
+        .filter(|v| v.namespace() == vm.namespace())
+        .map(|v| v.as_ref())
+        .collect();
+    let schedule = |siblings: &[&VirtualMachine]| {
+        scheduling::schedule(&scheduling::Input {
+            vm,
+            class: &class.spec,
+            image: image.as_ref(),
+            providers: &providers,
+            siblings,
         })
-        .unwrap_or_default();
-    let decision = scheduling::schedule(&scheduling::Input {
-        vm,
-        class: &class.spec,
-        image: image.as_ref(),
-        providers: &providers,
-        siblings: &siblings,
-    });
+    };
+    let mut decision = schedule(&siblings);
+    let everyone;
+    if decision != Decision::Keep && all_vms.is_empty() {
+        everyone = ctx.vms.get().map(|s| s.state()).unwrap_or_default();
+        siblings = everyone
+            .iter()
+            .filter(|v| v.namespace() == vm.namespace())
+            .map(|v| v.as_ref())
+            .collect();
+        decision = schedule(&siblings);
+    }
     let current = vm.status.as_ref().and_then(|s| s.placement.as_ref());
     let target = match (&decision, current) {
         (Decision::Keep, Some(current)) => target_of(current),

@@ -43,7 +43,7 @@ pub struct Input<'a> {
     /// Providers in the VM's namespace.
     pub providers: &'a [Provider],
     /// Other VMs in the namespace (the VM itself may be among them; it is skipped).
-    pub siblings: &'a [VirtualMachine],
+    pub siblings: &'a [&'a VirtualMachine],
 }
 
 /// The outcome.

@@ -149,12 +149,13 @@ fn sim(name: &str) -> Provider {
 
 fn decide(vm: &VirtualMachine, providers: &[Provider], siblings: &[VirtualMachine]) -> Decision {
     let (class, image) = (class(), image());
+    let siblings: Vec<&VirtualMachine> = siblings.iter().collect();
     schedule(&Input {
         vm,
         class: &class,
         image: &image,
         providers,
-        siblings,
+        siblings: &siblings,
     })
 }
 
