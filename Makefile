@@ -11,10 +11,11 @@ help: ## List targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 .PHONY: demo
-demo: ## Run banlieue end to end on a local control plane with the simulated backend.
-	@echo "make demo: the operator (controllers, sim backend) lands with issue #3 'The operator';" >&2
-	@echo "until then there is nothing to run. 'make test' exercises the API on a real apiserver." >&2
-	@exit 2
+demo: ## Run banlieue end to end on a local control plane with the simulated backend (DEMO_ONESHOT=1: exit once all VMs are Ready).
+	@assets=$$($(TESTBIN_BUILD)); \
+	$(CARGO) build --locked -p banlieue -p banlieue-demo; \
+	bin=$${CARGO_TARGET_DIR:-target}/debug; \
+	KUBEBUILDER_ASSETS="$$assets" exec "$$bin/banlieue-demo" --operator "$$bin/banlieue"
 
 .PHONY: test
 test: testbin lint crds-check ## The whole test suite (what CI runs).

@@ -155,6 +155,8 @@ impl Context {
                 w.cloud_hypervisor,
             ),
         ];
+        // Nothing else waits on these stores: kube's ready signal wakes only one waiter
+        // per store, so the controllers' own stores must not be waited on here.
         let stores = self.stores.clone();
         let readiness = self.readiness.clone();
         tokio::spawn(async move {

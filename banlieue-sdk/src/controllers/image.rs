@@ -34,12 +34,6 @@ pub(crate) async fn run(
     let controller = Controller::new(Api::<VMImage>::all(ctx.client.clone()), watch::unfiltered())
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.image));
     let images = controller.store();
-    let readiness = ctx.readiness.clone();
-    let store = controller.store();
-    tokio::spawn(async move {
-        let _ = store.wait_until_ready().await;
-        readiness.synced();
-    });
     controller
         .watches(
             watch::namespaced::<Provider>(&ctx.client, &ctx.settings),

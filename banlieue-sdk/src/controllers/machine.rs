@@ -93,12 +93,6 @@ pub(crate) async fn run<K: Machine>(
     let controller = Controller::new(api, watch::filtered(&ctx.settings))
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.machine));
     let machines = controller.store();
-    let readiness = ctx.readiness.clone();
-    let store = controller.store();
-    tokio::spawn(async move {
-        let _ = store.wait_until_ready().await;
-        readiness.synced();
-    });
     controller
         .watches(
             watch::namespaced::<Provider>(&ctx.client, &ctx.settings),

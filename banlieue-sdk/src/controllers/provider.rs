@@ -41,12 +41,6 @@ pub(crate) async fn run(
     let providers = controller.store();
     let by_secret = providers.clone();
     let by_config_map = providers.clone();
-    let readiness = ctx.readiness.clone();
-    let store = controller.store();
-    tokio::spawn(async move {
-        let _ = store.wait_until_ready().await;
-        readiness.synced();
-    });
     controller
         .watches(
             watch::namespaced::<Secret>(&ctx.client, &ctx.settings),

@@ -52,12 +52,6 @@ pub(crate) async fn run(
     )
     .with_config(ControllerConfig::default().concurrency(settings.concurrency.virtual_machine));
     let _ = ctx.vms.set(controller.store());
-    let readiness = ctx.readiness.clone();
-    let store = controller.store();
-    tokio::spawn(async move {
-        let _ = store.wait_until_ready().await;
-        readiness.synced();
-    });
     let (by_class, by_image, by_provider) =
         (controller.store(), controller.store(), controller.store());
     let infra_config = watch::filtered(settings);

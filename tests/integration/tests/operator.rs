@@ -512,3 +512,18 @@ async fn snapshot(ns: &TestNamespace) -> BTreeMap<String, String> {
     }
     versions
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_reports_synced_caches() {
+    let ns = banlieue_testenv::namespace("readiness").await;
+    let operator = Operator::start(ns.client.clone(), &ns.name);
+    let started = std::time::Instant::now();
+    while !operator.readiness.is_ready() {
+        assert!(
+            started.elapsed() < WAIT,
+            "caches never reported synced: {:?}",
+            operator.readiness
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

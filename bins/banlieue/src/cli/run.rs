@@ -87,7 +87,7 @@ pub struct RunCommand {
     #[arg(long, env = "BANLIEUE_KUBE_API_QPS", value_name = "QPS", default_value_t = 20.0, value_parser = parse_qps)]
     kube_api_qps: f64,
 
-    /// Requests to the Kubernetes API allowed at once above the QPS.
+    /// Requests to the Kubernetes API allowed in a burst (the token bucket's size).
     #[arg(long, env = "BANLIEUE_KUBE_API_BURST", value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
     kube_api_burst: u32,
 

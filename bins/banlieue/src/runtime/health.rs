@@ -29,12 +29,12 @@ pub fn readyz(ready: bool, leader: Option<bool>) -> (StatusCode, &'static str) {
 }
 
 /// Binds `addr` now (so a taken port fails startup) and serves the probes in the
-/// background for the life of the process.
+/// background for the life of the process; returns the bound address.
 pub async fn serve(
     addr: SocketAddr,
     readiness: Readiness,
     leader: Option<LeaderStatus>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<SocketAddr> {
     let app = Router::new()
         .route("/healthz", get(|| async { (StatusCode::OK, "ok") }))
         .route(
@@ -52,7 +52,49 @@ pub async fn serve(
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
+
+    /// The status line and body of `GET path` (HTTP/1.0, so the server closes).
+    async fn get(addr: SocketAddr, path: &str) -> (String, String) {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let status = response.lines().next().unwrap_or_default().to_string();
+        let body = response
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        (status, body)
+    }
+
+    #[tokio::test]
+    async fn serves_the_probes() {
+        let leader = LeaderStatus::default();
+        let addr = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            Readiness::default(),
+            Some(leader),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            get(addr, "/healthz").await,
+            ("HTTP/1.0 200 OK".into(), "ok".into())
+        );
+        let (status, body) = get(addr, "/readyz").await;
+        assert_eq!(
+            (status.as_str(), body.as_str()),
+            ("HTTP/1.0 503 Service Unavailable", "not the leader")
+        );
+        assert!(get(addr, "/nope").await.0.contains("404"));
+    }
 
     #[test]
     fn ready_needs_synced_caches() {

@@ -7,8 +7,12 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 /// Binds `addr` now, so that a taken port fails startup, then serves `app` on a
-/// background task for the life of the process.
-pub async fn spawn(name: &'static str, addr: SocketAddr, app: Router) -> anyhow::Result<()> {
+/// background task for the life of the process. Returns the bound address.
+pub async fn spawn(
+    name: &'static str,
+    addr: SocketAddr,
+    app: Router,
+) -> anyhow::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the {name} server to {addr}"))?;
@@ -19,5 +23,5 @@ pub async fn spawn(name: &'static str, addr: SocketAddr, app: Router) -> anyhow:
             tracing::error!(server = name, %error, "server stopped");
         }
     });
-    Ok(())
+    Ok(local)
 }

@@ -41,7 +41,8 @@ pub fn init(format: LogFormat, directives: &str) -> anyhow::Result<()> {
     let filter = EnvFilter::builder().parse(directives)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let result = match format {
         LogFormat::Plain => builder.try_init(),
         LogFormat::Json => builder

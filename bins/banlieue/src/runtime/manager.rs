@@ -43,7 +43,10 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         namespace = config.settings.namespace.as_deref().unwrap_or("(all)"),
         watch_filter = config.settings.watch_filter.as_deref().unwrap_or("(none)"),
         sync_period = ?config.settings.sync_period,
-        concurrency = ?config.settings.concurrency,
+        provider_concurrency = config.settings.concurrency.provider,
+        virtualmachine_concurrency = config.settings.concurrency.virtual_machine,
+        machine_concurrency = config.settings.concurrency.machine,
+        image_concurrency = config.settings.concurrency.image,
         leader_election = config.leader.is_some(),
         "starting banlieue"
     );
@@ -93,8 +96,9 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         stop.wait(),
     ));
 
-    let hold = hold_lease(election.as_ref());
-    tokio::pin!(hold);
+    // Boxed so that it can be dropped before `release`: a renewal suspended
+    // mid-request holds kube-lease-manager's state lock, which `release` needs.
+    let mut hold = Box::pin(hold_lease(election.as_ref()));
     let mut holding = true;
     tokio::select! {
         () = stop.wait() => {}
@@ -127,6 +131,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
                     anyhow::bail!(StopReason::LeadershipLost(why));
                 }
             }
+            drop(hold);
             if let Some(election) = &election {
                 election.release().await;
             }
@@ -137,6 +142,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         // since another replica may already be reconciling.
         StopReason::LeadershipLost(_) => Err(anyhow::Error::msg(reason)),
         StopReason::ControllersExited(_) => {
+            drop(hold);
             if let Some(election) = &election {
                 election.release().await;
             }

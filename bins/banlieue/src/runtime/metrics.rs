@@ -19,8 +19,9 @@ use prometheus_client::registry::Registry;
 /// The content type of the OpenMetrics text format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Binds `addr` now and serves `/metrics` from `registry` in the background.
-pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<()> {
+/// Binds `addr` now and serves `/metrics` from `registry` in the background;
+/// returns the bound address.
+pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<SocketAddr> {
     let app = Router::new()
         .route("/metrics", get(metrics))
         .with_state(registry);
