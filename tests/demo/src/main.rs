@@ -58,7 +58,6 @@ use std::time::{Duration, Instant};
 use banlieue_sdk::api::VirtualMachine;
 use banlieue_testenv::{ControlPlane, ControlPlaneConfig};
 use clap::Parser;
-use clap::builder::BoolishValueParser;
 use kube::api::Api;
 
 use crate::manifests::Manifest;
@@ -103,7 +102,7 @@ struct Args {
         require_equals = true,
         default_value_t = false,
         default_missing_value = "true",
-        value_parser = BoolishValueParser::new(),
+        value_parser = parse_flag,
     )]
     oneshot: bool,
 
@@ -121,9 +120,21 @@ struct Args {
         require_equals = true,
         default_value_t = false,
         default_missing_value = "true",
-        value_parser = BoolishValueParser::new(),
+        value_parser = parse_flag,
     )]
     operator_logs: bool,
+}
+
+/// Parses a boolean as Go and shells spell it (`1`, `true`, `yes`, `on`, and their
+/// opposites), with an empty value meaning false (`DEMO_ONESHOT= make demo`).
+fn parse_flag(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "t" | "yes" | "y" | "on" => Ok(true),
+        "" | "0" | "false" | "f" | "no" | "n" | "off" => Ok(false),
+        _ => Err(format!(
+            "{text:?} is not a boolean (1/0, true/false, yes/no)"
+        )),
+    }
 }
 
 /// Parses `180`, `180s`, `3m`, `1m30s` or `500ms`.
@@ -279,7 +290,10 @@ fn fail(error: &anyhow::Error) -> ExitCode {
 
 /// Stops the operator, then the control plane (which removes its directory).
 async fn teardown(operator: Option<Operator>, control_plane: ControlPlane, signals: &mut Signals) {
-    if let Some(mut operator) = operator {
+    // An operator that already exited was reported as such.
+    if let Some(mut operator) = operator
+        && operator.exited().is_none()
+    {
         step!("stopping the operator (pid {})", operator.pid());
         if let Some(status) = operator.stop(OPERATOR_STOP_GRACE, signals).await
             && !status.success()
@@ -499,6 +513,18 @@ mod tests {
         assert_eq!(args.timeout, Duration::from_secs(60));
         assert_eq!(args.operator, Path::new("/x/banlieue"));
         assert!(!parse(&["--oneshot=0"]).oneshot);
+        assert!(parse(&["--operator-logs"]).operator_logs);
+    }
+
+    #[test]
+    fn parses_flags() {
+        for yes in ["1", "true", "TRUE", "yes", "on"] {
+            assert_eq!(parse_flag(yes), Ok(true), "{yes}");
+        }
+        for no in ["", " ", "0", "false", "no", "off"] {
+            assert_eq!(parse_flag(no), Ok(false), "{no:?}");
+        }
+        assert!(parse_flag("maybe").is_err());
     }
 
     #[test]

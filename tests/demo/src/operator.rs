@@ -28,6 +28,10 @@ use crate::signals::Signals;
 /// How often readiness and exit are polled.
 const POLL: Duration = Duration::from_millis(100);
 
+/// Signals this soon after the one that started a stop are duplicates, not a second
+/// Ctrl-C.
+const REPEAT_WINDOW: Duration = Duration::from_secs(1);
+
 /// Bounds one `/readyz` request.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -168,7 +172,8 @@ impl Operator {
     }
 
     /// Stops the operator: SIGTERM, then SIGKILL after `grace` or at the next signal
-    /// from `signals` (a second Ctrl-C). Returns how it ended.
+    /// from `signals` (a second Ctrl-C, at least [`REPEAT_WINDOW`] later). Returns how it
+    /// ended.
     pub async fn stop(&mut self, grace: Duration, signals: &mut Signals) -> Option<ExitStatus> {
         if let Some(status) = self.exited() {
             return Some(status);
@@ -186,6 +191,11 @@ impl Operator {
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(20)) => {}
                 name = signals.recv() => {
+                    // One Ctrl-C or `timeout` can deliver a signal twice (to the process
+                    // group, and forwarded by make): only a later one means "hurry".
+                    if deadline - Instant::now() > grace.saturating_sub(REPEAT_WINDOW) {
+                        continue;
+                    }
                     err!("{name} again: killing the operator");
                     break;
                 }
