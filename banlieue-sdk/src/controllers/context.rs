@@ -18,6 +18,7 @@ use crate::api::infra::{
     cloud_hypervisor::CloudHypervisorMachine, libvirt::LibvirtMachine, proxmox::ProxmoxMachine,
     vsphere::VSphereMachine,
 };
+use crate::api::virtual_machine::ScheduledPlacement;
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
 use crate::backend::BackendRegistry;
 
@@ -53,6 +54,8 @@ pub(crate) struct Context {
     pub stores: Stores,
     /// The VirtualMachine controller's own cache (siblings for anti-affinity and spread).
     pub vms: OnceLock<Store<VirtualMachine>>,
+    /// Placements decided, by VM uid: the scheduler's memory until the cache catches up.
+    pub placements: Mutex<HashMap<String, ScheduledPlacement>>,
     recorder: Recorder,
     writers: Mutex<Option<Writers>>,
     failures: Mutex<HashMap<String, u32>>,
@@ -94,6 +97,7 @@ impl Context {
                 cloud_hypervisor,
             },
             vms: OnceLock::new(),
+            placements: Mutex::new(HashMap::new()),
             writers: Mutex::new(Some(Writers {
                 providers: providers_w,
                 classes: classes_w,

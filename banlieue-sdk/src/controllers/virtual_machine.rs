@@ -26,7 +26,7 @@ use crate::api::virtual_machine::ScheduledPlacement;
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
 use crate::build::{self, machine_kind};
 use crate::conditions;
-use crate::scheduling::{self, Decision, Target};
+use crate::scheduling::{self, Decision, Sibling, Target};
 use crate::status::virtual_machine::{Infra, Input, Migration, Scheduling, compute};
 
 const NAME: &str = "virtualmachine";
@@ -201,56 +201,21 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         .filter(|p| p.namespace().as_deref() == Some(namespace.as_str()))
         .map(|p| p.as_ref().clone())
         .collect();
-    // Siblings matter only for a VM that must be (re)placed: try the sticky answer first.
-    let all_vms = if vm
-        .status
-        .as_ref()
-        .and_then(|s| s.placement.as_ref())
-        .is_some()
-    {
-        Vec::new()
-    } else {
-        ctx.vms.get().map(|s| s.state()).unwrap_or_default()
-    };
-    let mut siblings: Vec<&VirtualMachine> = all_vms
-        .iter()
-        .filter(|v| v.namespace() == vm.namespace())
-        .map(|v| v.as_ref())
-        .collect();
-    let schedule = |siblings: &[&VirtualMachine]| {
-        scheduling::schedule(&scheduling::Input {
-            vm,
-            class: &class.spec,
-            image: image.as_ref(),
-            providers: &providers,
-            siblings,
-        })
-    };
-    let mut decision = schedule(&siblings);
-    let everyone;
-    if decision != Decision::Keep && all_vms.is_empty() {
-        everyone = ctx.vms.get().map(|s| s.state()).unwrap_or_default();
-        siblings = everyone
-            .iter()
-            .filter(|v| v.namespace() == vm.namespace())
-            .map(|v| v.as_ref())
-            .collect();
-        decision = schedule(&siblings);
-    }
-    let current = vm.status.as_ref().and_then(|s| s.placement.as_ref());
-    let target = match (&decision, current) {
-        (Decision::Keep, Some(current)) => target_of(current),
-        (Decision::Place(target), _) => target.clone(),
-        (Decision::Unschedulable { reason, message }, _) => {
+    let decision = decide(ctx, vm, &class.spec, image.as_ref(), &providers);
+    let target = match decision {
+        Ok(target) => target,
+        Err((reason, message)) => {
             let outcome = Outcome {
-                scheduling: Scheduling::Unschedulable { reason, message },
+                scheduling: Scheduling::Unschedulable {
+                    reason,
+                    message: &message,
+                },
                 migration: None,
                 waiting: None,
             };
             write_status(vm, ctx, &outcome, existing.first()).await?;
             return Ok(Action::requeue(ctx.backoff(&key_of(vm))));
         }
-        (Decision::Keep, None) => unreachable_keep(),
     };
     let placement = target.to_status(None);
     let provider = providers
@@ -376,13 +341,63 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::requeue(ctx.settings.sync_period))
 }
 
-fn unreachable_keep() -> Target {
-    // `schedule` answers Keep only for a VM that has a placement.
-    Target {
-        provider: String::new(),
-        class: crate::api::common::ProviderClass::Sim,
-        failure_domain: None,
-        topology: BTreeMap::new(),
+/// Schedules `vm`. Decisions are taken one at a time and remembered in the
+/// placement ledger until the cache shows them, so VMs applied together see each
+/// other's placements (spread and anti-affinity hold) and a VM whose status write is
+/// not yet visible is not placed twice.
+fn decide(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    class: &crate::api::VMClassSpec,
+    image: &VMImage,
+    providers: &[Provider],
+) -> Result<Target, (&'static str, String)> {
+    let uid = vm.uid().unwrap_or_default();
+    let mut ledger = ctx.placements.lock().expect("placement ledger");
+    let current = vm
+        .status
+        .as_ref()
+        .and_then(|s| s.placement.as_ref())
+        .or_else(|| ledger.get(&uid));
+    let input = |siblings: &'_ [Sibling<'_>]| -> Decision {
+        scheduling::schedule(&scheduling::Input {
+            vm,
+            class,
+            image,
+            providers,
+            current,
+            siblings,
+        })
+    };
+    // Siblings matter only for a VM that must be (re)placed: try the sticky answer first.
+    let decision = match input(&[]) {
+        Decision::Keep => Decision::Keep,
+        _ => {
+            let everyone = ctx.vms.get().map(|s| s.state()).unwrap_or_default();
+            let siblings: Vec<Sibling<'_>> = everyone
+                .iter()
+                .filter(|v| v.namespace() == vm.namespace())
+                .map(|v| {
+                    let mut sibling = Sibling::of(v);
+                    if sibling.placement.is_none() {
+                        sibling.placement = v.uid().and_then(|uid| ledger.get(&uid));
+                    }
+                    sibling
+                })
+                .collect();
+            input(&siblings)
+        }
+    };
+    match decision {
+        Decision::Keep => current.map(target_of).ok_or((
+            "NoFeasibleProvider",
+            "no current placement to keep".to_owned(),
+        )),
+        Decision::Place(target) => {
+            ledger.insert(uid, target.to_status(None));
+            Ok(target)
+        }
+        Decision::Unschedulable { reason, message } => Err((reason, message)),
     }
 }
 
@@ -478,6 +493,10 @@ fn owner(vm: &VirtualMachine) -> OwnerReference {
 
 async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     let namespace = vm.namespace().unwrap_or_default();
+    ctx.placements
+        .lock()
+        .expect("placement ledger")
+        .remove(&vm.uid().unwrap_or_default());
     // Read through the API, not the cache: the finalizer must not go while a machine exists.
     let existing = infra::find(
         ctx,

@@ -42,8 +42,34 @@ pub struct Input<'a> {
     pub image: &'a VMImage,
     /// Providers in the VM's namespace.
     pub providers: &'a [Provider],
+    /// Where the VM is placed now: its `status.placement`, or a decision not yet
+    /// visible in the cache. `None` for a VM never placed.
+    pub current: Option<&'a ScheduledPlacement>,
     /// Other VMs in the namespace (the VM itself may be among them; it is skipped).
-    pub siblings: &'a [&'a VirtualMachine],
+    pub siblings: &'a [Sibling<'a>],
+}
+
+/// What the scheduler needs to know about another VM of the namespace.
+#[derive(Clone, Copy, Debug)]
+pub struct Sibling<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its labels (anti-affinity selects on them).
+    pub labels: &'a BTreeMap<String, String>,
+    /// Where it is placed, if anywhere.
+    pub placement: Option<&'a ScheduledPlacement>,
+}
+
+impl<'a> Sibling<'a> {
+    /// A sibling as its own status says.
+    pub fn of(vm: &'a VirtualMachine) -> Self {
+        static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+        Self {
+            name: vm.metadata.name.as_deref().unwrap_or_default(),
+            labels: vm.metadata.labels.as_ref().unwrap_or(&NO_LABELS),
+            placement: vm.status.as_ref().and_then(|s| s.placement.as_ref()),
+        }
+    }
 }
 
 /// The outcome.
@@ -93,7 +119,7 @@ impl Target {
 
 /// Decides where `input.vm` runs.
 pub fn schedule(input: &Input<'_>) -> Decision {
-    if let Some(current) = input.vm.status.as_ref().and_then(|s| s.placement.as_ref())
+    if let Some(current) = input.current
         && still_matches(input, current)
     {
         return Decision::Keep;
@@ -354,7 +380,7 @@ struct Conflicts {
 
 fn anti_affinity_conflicts(input: &Input<'_>, topology: &BTreeMap<String, String>) -> Conflicts {
     let mut conflicts = Conflicts::default();
-    let my_name = input.vm.metadata.name.as_deref();
+    let my_name = input.vm.metadata.name.as_deref().unwrap_or_default();
     for term in &input.vm.spec.placement.anti_affinity {
         let Some(value) = topology.get(&term.topology_key) else {
             continue;
@@ -362,14 +388,8 @@ fn anti_affinity_conflicts(input: &Input<'_>, topology: &BTreeMap<String, String
         let clashing = input
             .siblings
             .iter()
-            .filter(|s| s.metadata.name.as_deref() != my_name)
-            .filter(|s| {
-                matches(
-                    &term.label_selector,
-                    s.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
-                )
-            })
-            .filter_map(|s| s.status.as_ref()?.placement.as_ref())
+            .filter(|s| s.name != my_name && matches(&term.label_selector, s.labels))
+            .filter_map(|s| s.placement)
             .filter(|p| p.topology.get(&term.topology_key) == Some(value))
             .count();
         match term.mode {
@@ -381,12 +401,12 @@ fn anti_affinity_conflicts(input: &Input<'_>, topology: &BTreeMap<String, String
 }
 
 fn load(input: &Input<'_>, provider: &str, failure_domain: Option<&str>) -> usize {
-    let my_name = input.vm.metadata.name.as_deref();
+    let my_name = input.vm.metadata.name.as_deref().unwrap_or_default();
     input
         .siblings
         .iter()
-        .filter(|s| s.metadata.name.as_deref() != my_name)
-        .filter_map(|s| s.status.as_ref()?.placement.as_ref())
+        .filter(|s| s.name != my_name)
+        .filter_map(|s| s.placement)
         .filter(|p| p.provider == provider && p.failure_domain.as_deref() == failure_domain)
         .count()
 }

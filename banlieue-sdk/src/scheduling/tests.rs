@@ -149,12 +149,13 @@ fn sim(name: &str) -> Provider {
 
 fn decide(vm: &VirtualMachine, providers: &[Provider], siblings: &[VirtualMachine]) -> Decision {
     let (class, image) = (class(), image());
-    let siblings: Vec<&VirtualMachine> = siblings.iter().collect();
+    let siblings: Vec<Sibling<'_>> = siblings.iter().map(Sibling::of).collect();
     schedule(&Input {
         vm,
         class: &class,
         image: &image,
         providers,
+        current: vm.status.as_ref().and_then(|s| s.placement.as_ref()),
         siblings: &siblings,
     })
 }

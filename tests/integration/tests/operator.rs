@@ -527,3 +527,41 @@ async fn readiness_reports_synced_caches() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vms_applied_together_honour_anti_affinity_and_spread() {
+    let (ns, _operator, class, image) = world(
+        "spread",
+        json!({"latency": "200ms", "failureDomains": "zone-a,zone-b,zone-c"}),
+    )
+    .await;
+    let vms: Api<VirtualMachine> = ns.api();
+    let names = ["w1", "w2", "w3"];
+    for name in names {
+        let mut object = vm(name, &class, &image, Some("sim"));
+        object["spec"]["placement"]["antiAffinity"] = json!([{
+            "labelSelector": {"matchLabels": {"app": "web"}},
+            "topologyKey": "topology.kubernetes.io/zone",
+            "mode": "Required"
+        }]);
+        apply(&ns.client, &ns.name, &object).await.unwrap();
+    }
+    let mut zones = std::collections::BTreeSet::new();
+    for name in names {
+        let ready = wait_for(&vms, name, WAIT, is_ready).await;
+        zones.insert(
+            ready
+                .status
+                .unwrap()
+                .placement
+                .unwrap()
+                .failure_domain
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        zones.len(),
+        3,
+        "three VMs with required zone anti-affinity in three zones: {zones:?}"
+    );
+}
