@@ -18,8 +18,13 @@ demo: ## Run banlieue end to end on a local control plane with the simulated bac
 	KUBEBUILDER_ASSETS="$$assets" exec "$$bin/banlieue-demo" --operator "$$bin/banlieue"
 
 .PHONY: test
-test: testbin lint crds-check ## The whole test suite (what CI runs).
+test: testbin lint crds-check features-check ## The whole test suite (what CI runs).
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --workspace --all-features --locked
+	DEMO_ONESHOT=1 $(MAKE) --no-print-directory demo
+
+.PHONY: features-check
+features-check: ## A build with one backend feature links no other backend crate.
+	hack/check-feature-isolation.sh
 
 .PHONY: testbin
 testbin: ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
