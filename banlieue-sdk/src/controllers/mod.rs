@@ -22,6 +22,7 @@
 //! ```
 
 mod backends;
+mod bootstrap;
 mod context;
 mod image;
 mod infra;

@@ -2,14 +2,12 @@
 //! the infra machine, mirror its status, move it when the placement requires another
 //! Provider, and delete it explicitly before letting the VM go.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::EventType;
@@ -18,10 +16,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use super::bootstrap;
 use super::context::{Context, key_of};
 use super::infra::{self, Existing};
 use super::{VIRTUAL_MACHINE_FINALIZER, watch};
-use crate::api::common::BootstrapFormat;
 use crate::api::virtual_machine::ScheduledPlacement;
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
 use crate::build::{self, machine_kind};
@@ -272,7 +270,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::requeue(Duration::from_secs(2)));
     }
 
-    let bootstrap_secret = match ensure_bootstrap_secret(vm, ctx).await? {
+    let bootstrap_secret = match bootstrap::ensure_secret(vm, ctx).await? {
         Ok(secret) => secret,
         Err(message) => {
             let outcome = Outcome {
@@ -410,85 +408,6 @@ fn target_of(placement: &ScheduledPlacement) -> Target {
         failure_domain: placement.failure_domain.clone(),
         topology: placement.topology.clone(),
     }
-}
-
-/// Materialises the VM's bootstrap data as a Secret in CAPI's shape (`value`,
-/// `format`, `network-config`), owned by the VM. `Ok(Err(message))` when a source
-/// Secret or key is missing.
-async fn ensure_bootstrap_secret(
-    vm: &VirtualMachine,
-    ctx: &Context,
-) -> Result<Result<Option<String>, String>, Error> {
-    let Some(bootstrap) = &vm.spec.bootstrap else {
-        return Ok(Ok(None));
-    };
-    let namespace = vm.namespace().unwrap_or_default();
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-    let mut data: BTreeMap<String, ByteString> = BTreeMap::new();
-    for (selector, default_key, target_key) in [
-        (bootstrap.user_data.as_ref(), "value", "value"),
-        (
-            bootstrap.network_config.as_ref(),
-            "network-config",
-            "network-config",
-        ),
-    ] {
-        let Some(selector) = selector else { continue };
-        let Some(secret) = secrets.get_opt(&selector.name).await? else {
-            return Ok(Err(format!(
-                "bootstrap Secret {:?} not found",
-                selector.name
-            )));
-        };
-        let key = selector.key_or(default_key);
-        let Some(value) = secret.data.as_ref().and_then(|d| d.get(key)) else {
-            return Ok(Err(format!(
-                "bootstrap Secret {:?} has no key {key:?}",
-                selector.name
-            )));
-        };
-        data.insert(target_key.into(), value.clone());
-    }
-    let format = match bootstrap.format {
-        BootstrapFormat::CloudConfig => "cloud-config",
-        BootstrapFormat::Ignition => "ignition",
-    };
-    data.insert("format".into(), ByteString(format.as_bytes().to_vec()));
-    let name = format!("{}-bootstrap", vm.name_any());
-    let existing = secrets.get_opt(&name).await?;
-    if existing.as_ref().and_then(|s| s.data.as_ref()) != Some(&data) {
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(namespace),
-                owner_references: Some(vec![owner(vm)]),
-                labels: Some(BTreeMap::from([(
-                    build::VIRTUAL_MACHINE_LABEL.to_owned(),
-                    vm.name_any(),
-                )])),
-                ..Default::default()
-            },
-            data: Some(data),
-            type_: Some("cluster.x-k8s.io/secret".into()),
-            ..Default::default()
-        };
-        let mut patch = serde_json::to_value(&secret).unwrap_or_default();
-        patch["apiVersion"] = json!("v1");
-        patch["kind"] = json!("Secret");
-        secrets
-            .patch(
-                &name,
-                &PatchParams::apply(infra::FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
-        ctx.metrics.wrote(NAME);
-    }
-    Ok(Ok(Some(name)))
-}
-
-fn owner(vm: &VirtualMachine) -> OwnerReference {
-    vm.controller_owner_ref(&()).unwrap_or_default()
 }
 
 async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {

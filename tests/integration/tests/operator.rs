@@ -565,3 +565,48 @@ async fn vms_applied_together_honour_anti_affinity_and_spread() {
         "three VMs with required zone anti-affinity in three zones: {zones:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_data_reaches_the_backend_and_never_the_status() {
+    let (ns, operator, class, image) = world("bootstrap", json!({})).await;
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "user-data"},
+                        "stringData": {"cloud-init": "#cloud-config\npassword: hunter2-secret\n", "net": "version: 2\n"}});
+    apply(&ns.client, &ns.name, &secret).await.unwrap();
+    let mut object = vm("v", &class, &image, Some("sim"));
+    object["spec"]["bootstrap"] = json!({
+        "format": "cloud-config",
+        "userData": {"name": "user-data", "key": "cloud-init"},
+        "networkConfig": {"name": "user-data", "key": "net"}
+    });
+    apply(&ns.client, &ns.name, &object).await.unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    let ready = wait_for(&vms, "v", WAIT, is_ready).await;
+
+    let machines: Api<LibvirtMachine> = ns.api();
+    let machine = machines.get("v").await.unwrap();
+    assert_eq!(
+        machine.spec.bootstrap.as_ref().unwrap().data_secret_name,
+        "v-bootstrap"
+    );
+    let data = operator
+        .sim
+        .bootstrap_data(&format!("sim://{}", ns.name), &machine.uid().unwrap())
+        .expect("the backend received bootstrap data");
+    assert!(data.user_data.expose().contains("hunter2-secret"));
+    assert_eq!(
+        data.network_config.as_ref().map(|n| n.expose()),
+        Some("version: 2\n")
+    );
+    let written =
+        serde_json::to_string(&ready).unwrap() + &serde_json::to_string(&machine).unwrap();
+    assert!(
+        !written.contains("hunter2-secret"),
+        "bootstrap data leaked into an object"
+    );
+
+    // Deleting the VM removes the Secret banlieue made for it.
+    vms.delete("v", &DeleteParams::default()).await.unwrap();
+    wait_gone(&vms, "v", WAIT).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = ns.api();
+    assert!(secrets.get_opt("v-bootstrap").await.unwrap().is_none());
+}
