@@ -20,7 +20,7 @@ use super::bootstrap;
 use super::context::{Context, key_of};
 use super::infra::{self, Existing};
 use super::{VIRTUAL_MACHINE_FINALIZER, watch};
-use crate::api::virtual_machine::ScheduledPlacement;
+use crate::api::virtual_machine::{MigrationStrategy, ScheduledPlacement};
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
 use crate::build::{self, machine_kind};
 use crate::conditions;
@@ -253,8 +253,15 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                 .await;
             }
         }
+        // No backend exports disks yet: CopyDisk falls back to Recreate, and says so.
+        let how = match vm.spec.migration.strategy {
+            MigrationStrategy::Recreate => "Recreate",
+            MigrationStrategy::CopyDisk => {
+                "CopyDisk is not supported by these backends yet, so Recreate"
+            }
+        };
         let message = format!(
-            "{} -> {} (Recreate: the old machine is deleted first)",
+            "{} -> {} ({how}: the old machine is deleted first, the new one is made from the image)",
             stale[0].provider.clone().unwrap_or_default(),
             target.provider
         );
