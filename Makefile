@@ -17,6 +17,13 @@ demo: ## Run banlieue end to end on a local control plane with the simulated bac
 	bin=$${CARGO_TARGET_DIR:-target}/debug; \
 	KUBEBUILDER_ASSETS="$$assets" exec "$$bin/banlieue-demo" --operator "$$bin/banlieue"
 
+.PHONY: bench
+bench: ## Scale benchmark (release operator, sim backend): N=100,1000,10000, or `make bench N=1000`; BENCH_ARGS for more flags. Report in docs/benchmarks/.
+	@assets=$$($(TESTBIN_BUILD)); \
+	$(CARGO) build --locked --release -p banlieue -p banlieue-bench; \
+	bin=$${CARGO_TARGET_DIR:-target}/release; sizes='$(N)'; \
+	KUBEBUILDER_ASSETS="$$assets" "$$bin/banlieue-bench" --operator "$$bin/banlieue" --sizes "$${sizes:-100,1000,10000}" $(BENCH_ARGS)
+
 .PHONY: test
 test: testbin lint crds-check features-check ## The whole test suite (what CI runs).
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --workspace --all-features --locked
@@ -27,8 +34,12 @@ features-check: ## A build with one backend feature links no other backend crate
 	hack/check-feature-isolation.sh
 
 .PHONY: testbin
-testbin: ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
+testbin: fakepve ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
 	@$(TESTBIN_BUILD)
+
+.PHONY: fakepve
+fakepve: ## Create the Python venv with fakepve (the Proxmox VE simulator) in a versioned cache dir.
+	@tests/testbin/fakepve/build.sh >/dev/null
 
 .PHONY: lint
 lint: ## rustfmt, clippy (warnings are errors) and rustdoc (missing docs are errors).

@@ -34,6 +34,18 @@ impl Operator {
         let sim = Arc::new(SimFactory::new());
         let mut registry = BackendRegistry::default();
         registry.register(ProviderClass::Sim, sim.clone());
+        Self::start_with_registry(client, namespace, registry, sim, sync_period)
+    }
+
+    /// As [`Operator::start_with`], with the caller's backends (e.g. a Proxmox
+    /// factory); `sim` is the factory reported in [`Operator::sim`].
+    pub fn start_with_registry(
+        client: Client,
+        namespace: &str,
+        registry: BackendRegistry,
+        sim: Arc<SimFactory>,
+        sync_period: Duration,
+    ) -> Self {
         let settings = Settings {
             namespace: Some(namespace.to_owned()),
             watch_filter: None,

@@ -24,7 +24,7 @@ pub fn compiled() -> Vec<CompiledBackend> {
         #[cfg(feature = "proxmox")]
         CompiledBackend {
             class: banlieue_backend_proxmox::CLASS,
-            has_adapter: false,
+            has_adapter: true,
         },
         #[cfg(feature = "libvirt")]
         CompiledBackend {
@@ -49,6 +49,11 @@ pub fn compiled() -> Vec<CompiledBackend> {
 pub fn registry() -> BackendRegistry {
     #[allow(unused_mut)]
     let mut registry = BackendRegistry::default();
+    #[cfg(feature = "proxmox")]
+    registry.register(
+        banlieue_backend_proxmox::CLASS,
+        std::sync::Arc::new(banlieue_backend_proxmox::ProxmoxFactory::new()),
+    );
     #[cfg(feature = "sim")]
     registry.register(
         banlieue_backend_sim::CLASS,

@@ -1,0 +1,458 @@
+//! Building a VM's `qm` config from a `ProxmoxMachineSpec`: CPU, memory, firmware,
+//! NICs, cloud-init keys, disks, and the tags and description that carry the infra
+//! object's UID.
+
+use banlieue_sdk::api::common::{Firmware, IpamMode};
+use banlieue_sdk::api::infra::proxmox::{ProxmoxMachineSpec, ProxmoxNicModel};
+use banlieue_sdk::backend::{BootstrapData, MachineIdentity};
+use serde_json::Value;
+
+use crate::client::{Form, encode};
+
+/// The tag every banlieue VM carries.
+pub const MANAGED_TAG: &str = "banlieue";
+
+/// The tag carrying the infra object's UID; it is set by the same config write as
+/// the rest, so its presence means "configured".
+pub fn uid_tag(uid: &str) -> String {
+    format!("banlieue-{}", uid.to_ascii_lowercase())
+}
+
+/// The description line carrying the UID (set at clone time, before any tag).
+pub fn uid_marker(uid: &str) -> String {
+    format!("banlieue.io/uid: {uid}")
+}
+
+/// The description of a banlieue VM.
+pub fn description(identity: &MachineIdentity) -> String {
+    format!(
+        "Managed by banlieue ({}/{}); do not edit the next line.\n{}\n",
+        identity.namespace,
+        identity.name,
+        uid_marker(&identity.uid)
+    )
+}
+
+/// A valid PVE VM name (a DNS name, at most 63 characters) from the object's name.
+pub fn vm_name(identity: &MachineIdentity) -> String {
+    let mut name: String = identity
+        .name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    while name.ends_with(['-', '.']) {
+        name.pop();
+    }
+    if name.is_empty() || !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        name.insert(0, 'm');
+    }
+    name
+}
+
+/// Splits PVE's `tags` (`a;b c,d`) into a list.
+pub fn split_tags(tags: &str) -> Vec<String> {
+    tags.split([';', ',', ' '])
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// True when the tags (as `/cluster/resources` shows them) carry the UID tag.
+pub fn has_uid_tag(tags: Option<&str>, uid: &str) -> bool {
+    let want = uid_tag(uid);
+    tags.is_some_and(|t| split_tags(t).contains(&want))
+}
+
+/// A value of a PVE property string (`key=value,key=value`), by key.
+pub fn property<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.split(',').find_map(|part| {
+        let (k, v) = part.split_once('=')?;
+        (k.trim() == key).then_some(v.trim())
+    })
+}
+
+/// The SMBIOS UUID in a config's `smbios1`.
+pub fn smbios_uuid(config: &Value) -> Option<String> {
+    config
+        .get("smbios1")
+        .and_then(Value::as_str)
+        .and_then(|s| property(s, "uuid"))
+        .map(str::to_ascii_lowercase)
+}
+
+fn is_uuid(text: &str) -> bool {
+    let groups: Vec<&str> = text.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// `smbios1` with its UUID set to the infra object's UID (a Kubernetes UID is a
+/// UUID), keeping the template's other fields. So `proxmox://<uuid>` is stable and
+/// known before the VM first boots. `None` when the UID is not a UUID.
+pub fn smbios1(current: Option<&str>, uid: &str) -> Option<String> {
+    if !is_uuid(uid) {
+        return None;
+    }
+    let mut parts: Vec<String> = current
+        .unwrap_or_default()
+        .split(',')
+        .filter(|p| !p.is_empty() && !p.starts_with("uuid="))
+        .map(str::to_string)
+        .collect();
+    parts.insert(0, format!("uuid={}", uid.to_ascii_lowercase()));
+    Some(parts.join(","))
+}
+
+/// `sshkeys` as PVE wants it: the newline-separated keys percent-encoded, inside a
+/// form value that is itself encoded again on the wire.
+pub fn sshkeys_value(keys: &[String]) -> String {
+    encode(&keys.join("\n"))
+}
+
+/// The SSH keys of a cloud-config (`ssh_authorized_keys`, top level and of each
+/// user), so PVE's own cloud-init drive installs them.
+pub fn cloud_config_ssh_keys(bootstrap: &BootstrapData) -> Vec<String> {
+    let text = bootstrap.user_data.expose();
+    let Ok(doc) = serde_saphyr::from_str::<Value>(text) else {
+        return Vec::new();
+    };
+    let mut keys = Vec::new();
+    let mut take = |v: Option<&Value>| {
+        for key in v.and_then(Value::as_array).into_iter().flatten() {
+            if let Some(k) = key.as_str() {
+                let k = k.trim().to_string();
+                if !k.is_empty() && !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+        }
+    };
+    take(doc.get("ssh_authorized_keys"));
+    for user in doc
+        .get("users")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        take(user.get("ssh_authorized_keys"));
+    }
+    keys
+}
+
+fn nic_model(model: ProxmoxNicModel) -> &'static str {
+    match model {
+        ProxmoxNicModel::Virtio => "virtio",
+        ProxmoxNicModel::E1000 => "e1000",
+        ProxmoxNicModel::Vmxnet3 => "vmxnet3",
+        ProxmoxNicModel::Rtl8139 => "rtl8139",
+    }
+}
+
+/// The MAC of a current `netN` value (`virtio=BC:24:11:..,bridge=..`).
+fn current_mac(current: Option<&str>) -> Option<&str> {
+    let first = current?.split(',').next()?;
+    let (_, mac) = first.split_once('=')?;
+    (mac.len() == 17).then_some(mac)
+}
+
+/// The config written once after the clone (`PUT …/config`), given the clone's
+/// current config. The UID tag it sets marks the VM as configured.
+pub fn machine_config(
+    spec: &ProxmoxMachineSpec,
+    identity: &MachineIdentity,
+    bootstrap: Option<&BootstrapData>,
+    current: &Value,
+) -> Form {
+    let text = |key: &str| current.get(key).and_then(Value::as_str);
+    let mut form = Form::new()
+        .set("name", vm_name(identity))
+        .set("sockets", spec.sockets)
+        .set("cores", spec.cores)
+        .set("memory", spec.memory_mib)
+        .set("agent", "1")
+        .set("description", description(identity));
+    match spec.firmware {
+        Some(Firmware::Bios) => form.push("bios", "seabios"),
+        Some(Firmware::Efi | Firmware::EfiSecure) => form.push("bios", "ovmf"),
+        None => {}
+    }
+    if let Some(smbios) = smbios1(text("smbios1"), &identity.uid) {
+        form.push("smbios1", smbios);
+    }
+    let mut tags = text("tags").map(split_tags).unwrap_or_default();
+    for tag in [MANAGED_TAG.to_string(), uid_tag(&identity.uid)] {
+        if !tags.contains(&tag) {
+            tags.push(tag);
+        }
+    }
+    form.push("tags", tags.join(";"));
+
+    let mut nameservers: Vec<String> = Vec::new();
+    for (i, nic) in spec.network.iter().enumerate() {
+        let key = format!("net{i}");
+        let model = nic_model(nic.model);
+        let mac = nic
+            .mac_address
+            .as_deref()
+            .or_else(|| current_mac(text(&key)));
+        let mut value = match mac {
+            Some(mac) => format!("{model}={}", mac.to_ascii_uppercase()),
+            None => model.to_string(),
+        };
+        value.push_str(&format!(",bridge={}", nic.bridge));
+        if let Some(vlan) = nic.vlan {
+            value.push_str(&format!(",tag={vlan}"));
+        }
+        if let Some(mtu) = nic.mtu {
+            value.push_str(&format!(",mtu={mtu}"));
+        }
+        form.push(key, value);
+        let ipconfig = match nic.ipam.mode {
+            IpamMode::Dhcp => Some("ip=dhcp".to_string()),
+            IpamMode::Static => {
+                let mut parts = Vec::new();
+                let v4 = nic.ipam.addresses.iter().find(|a| !a.contains(':'));
+                let v6 = nic.ipam.addresses.iter().find(|a| a.contains(':'));
+                let gw = nic.ipam.gateway.as_deref();
+                if let Some(a) = v4 {
+                    parts.push(format!("ip={a}"));
+                    if let Some(gw) = gw.filter(|g| !g.contains(':')) {
+                        parts.push(format!("gw={gw}"));
+                    }
+                }
+                if let Some(a) = v6 {
+                    parts.push(format!("ip6={a}"));
+                    if let Some(gw) = gw.filter(|g| g.contains(':')) {
+                        parts.push(format!("gw6={gw}"));
+                    }
+                }
+                for ns in &nic.ipam.nameservers {
+                    if !nameservers.contains(ns) {
+                        nameservers.push(ns.clone());
+                    }
+                }
+                (!parts.is_empty()).then(|| parts.join(","))
+            }
+            // Pool addresses are claimed by the operator; until then, nothing.
+            IpamMode::Pool => None,
+        };
+        if let Some(ipconfig) = ipconfig {
+            form.push(format!("ipconfig{i}"), ipconfig);
+        }
+    }
+    if !nameservers.is_empty() {
+        form.push("nameserver", nameservers.join(" "));
+    }
+    if let Some(bootstrap) = bootstrap {
+        let keys = cloud_config_ssh_keys(bootstrap);
+        if !keys.is_empty() {
+            form.push("sshkeys", sshkeys_value(&keys));
+        }
+    }
+    let boot_storage = spec.storage.clone().or_else(|| {
+        text("scsi0")
+            .and_then(|d| d.split(':').next())
+            .map(str::to_string)
+    });
+    for (i, disk) in spec.additional_disks.iter().enumerate() {
+        let key = format!("scsi{}", i + 1);
+        if current.get(&key).is_some() {
+            continue;
+        }
+        if let Some(storage) = disk.storage.clone().or_else(|| boot_storage.clone()) {
+            form.push(key, format!("{storage}:{}", disk.size_gib));
+        }
+    }
+    form
+}
+
+/// A size in PVE's notation (`4G`, `512M`, `1T`, `10737418240`) in bytes.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (number, unit) = match text.char_indices().last()? {
+        (i, c) if c.is_ascii_alphabetic() => (&text[..i], c.to_ascii_uppercase()),
+        _ => (text, 'B'),
+    };
+    let value: f64 = number.parse().ok()?;
+    let factor: u64 = match unit {
+        'B' => 1,
+        'K' => 1 << 10,
+        'M' => 1 << 20,
+        'G' => 1 << 30,
+        'T' => 1 << 40,
+        _ => return None,
+    };
+    Some((value * factor as f64) as u64)
+}
+
+/// `PUT …/resize` for the boot disk (`scsi0`) when the spec wants it larger than it is.
+pub fn boot_disk_resize(spec: &ProxmoxMachineSpec, current: &Value) -> Option<Form> {
+    let want = u64::from(spec.disk_gib?) << 30;
+    let disk = current.get("scsi0").and_then(Value::as_str)?;
+    let have = property(disk, "size").and_then(parse_size).unwrap_or(0);
+    (want > have).then(|| {
+        Form::new()
+            .set("disk", "scsi0")
+            .set("size", format!("{}G", spec.disk_gib.unwrap_or_default()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_sdk::api::common::BootstrapFormat;
+    use banlieue_sdk::backend::SecretValue;
+    use serde_json::json;
+
+    const UID: &str = "5f0c8a52-3b7e-4c1d-9a8e-0123456789ab";
+
+    fn identity() -> MachineIdentity {
+        MachineIdentity {
+            uid: UID.into(),
+            namespace: "demo".into(),
+            name: "Web_1".into(),
+        }
+    }
+
+    fn spec(extra: Value) -> ProxmoxMachineSpec {
+        let mut base = json!({"templateID": 9000, "cores": 2, "sockets": 1, "memoryMiB": 2048});
+        for (k, v) in extra.as_object().unwrap() {
+            base[k] = v.clone();
+        }
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn golden_config() -> Value {
+        let path = format!("{}/tests/golden/vm_config.json", env!("CARGO_MANIFEST_DIR"));
+        crate::client::parse(200, "OK", &std::fs::read(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn builds_cpu_memory_nics_tags_and_smbios() {
+        let spec = spec(json!({
+            "firmware": "efi",
+            "network": [
+                {"bridge": "vmbr0"},
+                {"bridge": "vmbr1", "vlan": 42, "model": "e1000", "mtu": 9000,
+                 "macAddress": "bc:24:11:aa:bb:cc",
+                 "ipam": {"mode": "static", "addresses": ["10.0.0.5/24", "fd00::5/64"],
+                          "gateway": "10.0.0.1", "nameservers": ["10.0.0.2", "10.0.0.3"]}}
+            ]
+        }));
+        let form = machine_config(&spec, &identity(), None, &golden_config());
+        let get = |k: &str| form.get(k).map(str::to_string);
+        assert_eq!(get("name").as_deref(), Some("web-1"));
+        assert_eq!(get("cores").as_deref(), Some("2"));
+        assert_eq!(get("sockets").as_deref(), Some("1"));
+        assert_eq!(get("memory").as_deref(), Some("2048"));
+        assert_eq!(get("agent").as_deref(), Some("1"));
+        assert_eq!(get("bios").as_deref(), Some("ovmf"));
+        // net0 keeps the MAC PVE gave the clone.
+        assert_eq!(
+            get("net0").as_deref(),
+            Some("virtio=BC:24:11:0C:D5:C1,bridge=vmbr0")
+        );
+        assert_eq!(
+            get("net1").as_deref(),
+            Some("e1000=BC:24:11:AA:BB:CC,bridge=vmbr1,tag=42,mtu=9000")
+        );
+        assert_eq!(get("ipconfig0").as_deref(), Some("ip=dhcp"));
+        assert_eq!(
+            get("ipconfig1").as_deref(),
+            Some("ip=10.0.0.5/24,gw=10.0.0.1,ip6=fd00::5/64")
+        );
+        assert_eq!(get("nameserver").as_deref(), Some("10.0.0.2 10.0.0.3"));
+        assert_eq!(get("smbios1"), Some(format!("uuid={UID}")));
+        assert_eq!(get("tags"), Some(format!("banlieue;banlieue-{UID}")));
+        assert!(get("description").unwrap().contains(&uid_marker(UID)));
+        assert!(get("sshkeys").is_none());
+    }
+
+    #[test]
+    fn smbios_keeps_other_fields_and_needs_a_uuid() {
+        assert_eq!(
+            smbios1(Some("uuid=0000,manufacturer=QkVN,base64=1"), UID).unwrap(),
+            format!("uuid={UID},manufacturer=QkVN,base64=1")
+        );
+        assert!(smbios1(None, "not-a-uuid").is_none());
+        assert_eq!(
+            smbios_uuid(&json!({"smbios1": "uuid=ABCD,x=1"})).as_deref(),
+            Some("abcd")
+        );
+    }
+
+    #[test]
+    fn sshkeys_are_percent_encoded_then_form_encoded_again() {
+        let bootstrap = BootstrapData {
+            format: BootstrapFormat::CloudConfig,
+            user_data: SecretValue::new(
+                "#cloud-config\nssh_authorized_keys:\n  - ssh-ed25519 AAAAC3Nza+/x= me@host\nusers:\n  - name: capi\n    ssh_authorized_keys: [\"ssh-rsa AAAAB3 ops\"]\n",
+            ),
+            network_config: None,
+        };
+        let form = machine_config(&spec(json!({})), &identity(), Some(&bootstrap), &json!({}));
+        let value = form.get("sshkeys").unwrap();
+        assert_eq!(
+            value,
+            "ssh-ed25519%20AAAAC3Nza%2B%2Fx%3D%20me%40host%0Assh-rsa%20AAAAB3%20ops"
+        );
+        // On the wire the value is encoded once more: `%` becomes `%25`.
+        let wire = Form::new().set("sshkeys", value).encode();
+        assert!(
+            wire.starts_with("sshkeys=ssh-ed25519%2520AAAAC3Nza%252B%252Fx%253D"),
+            "{wire}"
+        );
+    }
+
+    #[test]
+    fn template_tags_are_kept_and_uid_tag_found() {
+        let form = machine_config(
+            &spec(json!({})),
+            &identity(),
+            None,
+            &json!({"tags": "os;prod"}),
+        );
+        assert_eq!(
+            form.get("tags").unwrap(),
+            format!("os;prod;banlieue;banlieue-{UID}")
+        );
+        assert!(has_uid_tag(Some(&format!("banlieue;banlieue-{UID}")), UID));
+        assert!(!has_uid_tag(Some("banlieue"), UID));
+        assert!(!has_uid_tag(None, UID));
+    }
+
+    #[test]
+    fn additional_disks_and_resize() {
+        let spec = spec(json!({"diskGiB": 20, "storage": "fast",
+            "additionalDisks": [{"name": "data", "sizeGiB": 50}, {"name": "logs", "sizeGiB": 5, "storage": "slow"}]}));
+        let form = machine_config(&spec, &identity(), None, &golden_config());
+        assert_eq!(form.get("scsi1"), Some("fast:50"));
+        assert_eq!(form.get("scsi2"), Some("slow:5"));
+        let resize = boot_disk_resize(&spec, &golden_config()).unwrap();
+        assert_eq!(resize.encode(), "disk=scsi0&size=20G");
+        let small = super::tests::spec(json!({"diskGiB": 4}));
+        assert!(boot_disk_resize(&small, &golden_config()).is_none());
+        assert_eq!(parse_size("512M"), Some(512 << 20));
+        assert_eq!(parse_size("1.5G"), Some(3 << 29));
+        assert_eq!(parse_size("1024"), Some(1024));
+    }
+
+    #[test]
+    fn vm_names_are_dns_names() {
+        let mut id = identity();
+        assert_eq!(vm_name(&id), "web-1");
+        id.name = "-x".repeat(40);
+        let name = vm_name(&id);
+        assert!(name.len() <= 64 && name.starts_with('m'), "{name}");
+    }
+}

@@ -1,0 +1,122 @@
+//! `Provider.spec.settings` for the proxmox class.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use banlieue_sdk::backend::BackendError;
+
+/// Parsed settings (see the crate docs for the table).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxmoxSettings {
+    /// How often to poll a running task (`taskPollInterval`, default 2s).
+    pub task_poll_interval: Duration,
+    /// Seconds a shutdown may take before PVE stops the VM (`shutdownTimeout`, default 120).
+    pub shutdown_timeout: u32,
+    /// The cluster name for the `banlieue.io/proxmox-cluster` label (`cluster`);
+    /// default: PVE's own (`/cluster/status`), else the first node's name.
+    pub cluster: Option<String>,
+    /// How long a failed clone is reported before the next attempt
+    /// (`failedCloneBackoff`, default 60s): a failure status write re-triggers the
+    /// reconcile at once, and a tight clone loop helps nobody.
+    pub failed_clone_backoff: Duration,
+    /// VLAN tags the Provider offers (`vlans`, a comma list), published as resource
+    /// `vlan` on every failure domain. PVE cannot list the VLANs a bridge carries.
+    pub vlans: BTreeSet<String>,
+}
+
+impl Default for ProxmoxSettings {
+    fn default() -> Self {
+        Self {
+            task_poll_interval: Duration::from_secs(2),
+            shutdown_timeout: 120,
+            failed_clone_backoff: Duration::from_secs(60),
+            cluster: None,
+            vlans: BTreeSet::new(),
+        }
+    }
+}
+
+fn duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if let Some(ms) = text.strip_suffix("ms") {
+        return ms.parse().ok().map(Duration::from_millis);
+    }
+    text.strip_suffix('s')
+        .unwrap_or(text)
+        .parse()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+impl ProxmoxSettings {
+    /// Parses the settings; bad values fail with a terminal `InvalidSettings`. Keys
+    /// this backend does not know are ignored (the operator reads some itself).
+    pub fn parse(settings: &BTreeMap<String, String>) -> Result<Self, BackendError> {
+        let mut parsed = Self::default();
+        let mut bad = Vec::new();
+        if let Some(v) = settings.get("taskPollInterval") {
+            match duration(v).filter(|d| !d.is_zero() && *d <= Duration::from_secs(300)) {
+                Some(d) => parsed.task_poll_interval = d,
+                None => bad.push(format!(
+                    "taskPollInterval {v:?} is not a duration from 1ms to 300s (e.g. 500ms, 2s)"
+                )),
+            }
+        }
+        if let Some(v) = settings.get("failedCloneBackoff") {
+            match duration(v).filter(|d| *d <= Duration::from_secs(3600)) {
+                Some(d) => parsed.failed_clone_backoff = d,
+                None => bad.push(format!(
+                    "failedCloneBackoff {v:?} is not a duration up to 3600s (e.g. 30s)"
+                )),
+            }
+        }
+        if let Some(v) = settings.get("shutdownTimeout") {
+            match v.trim().trim_end_matches('s').parse() {
+                Ok(n) => parsed.shutdown_timeout = n,
+                Err(_) => bad.push(format!("shutdownTimeout {v:?} is not a number of seconds")),
+            }
+        }
+        parsed.cluster = settings.get("cluster").cloned().filter(|c| !c.is_empty());
+        if let Some(v) = settings.get("vlans") {
+            for tag in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                match tag.parse::<u16>() {
+                    Ok(1..=4094) => {
+                        parsed.vlans.insert(tag.to_string());
+                    }
+                    _ => bad.push(format!("vlans: {tag:?} is not a VLAN tag from 1 to 4094")),
+                }
+            }
+        }
+        if bad.is_empty() {
+            Ok(parsed)
+        } else {
+            Err(BackendError::terminal("InvalidSettings", bad.join("; ")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_rejects() {
+        let s = ProxmoxSettings::parse(&BTreeMap::from([
+            ("taskPollInterval".into(), "250ms".into()),
+            ("shutdownTimeout".into(), "30".into()),
+            ("vlans".into(), "10, 20".into()),
+            ("machineKind".into(), "ignored".into()),
+        ]))
+        .unwrap();
+        assert_eq!(s.task_poll_interval, Duration::from_millis(250));
+        assert_eq!(s.shutdown_timeout, 30);
+        assert_eq!(s.vlans, BTreeSet::from(["10".into(), "20".into()]));
+        let e = ProxmoxSettings::parse(&BTreeMap::from([
+            ("taskPollInterval".into(), "soon".into()),
+            ("vlans".into(), "5000".into()),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.reason, "InvalidSettings");
+        assert!(e.message.contains("taskPollInterval") && e.message.contains("5000"));
+    }
+}

@@ -1,0 +1,453 @@
+//! The Proxmox VE backend end to end: banlieue's controllers against a real apiserver,
+//! the backend against fakepve (PyPI, a PVE 9 API simulator run as a separate process
+//! on loopback with TLS). Each test starts its own fakepve.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use banlieue_backend_proxmox::ProxmoxFactory;
+use banlieue_backend_sim::SimFactory;
+use banlieue_integration_tests::apply;
+use banlieue_integration_tests::fakepve::FakePve;
+use banlieue_integration_tests::operator::{Operator, wait_for, wait_gone};
+use banlieue_sdk::api::common::{PowerState, ProviderClass};
+use banlieue_sdk::api::infra::proxmox::ProxmoxMachine;
+use banlieue_sdk::api::{Provider, VirtualMachine};
+use banlieue_sdk::backend::{
+    BackendFactory, BackendRegistry, Connection, MachineIdentity, MachineRequest, MachineSpec,
+    SecretValue,
+};
+use banlieue_sdk::conditions;
+use banlieue_testenv::TestNamespace;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Auth {
+    Token,
+    Ticket,
+    BadToken,
+}
+
+fn credentials(pve: &FakePve, auth: Auth) -> Value {
+    let r = &pve.ready;
+    match auth {
+        Auth::Token => json!({"tokenID": r.token_id, "tokenSecret": r.token_secret}),
+        Auth::BadToken => json!({"tokenID": r.token_id, "tokenSecret": "not-the-secret"}),
+        Auth::Ticket => json!({"username": r.username, "password": r.password}),
+    }
+}
+
+/// A namespace with fakepve, a Provider `pve` on it, a class, an image and the operator.
+async fn world(prefix: &str, auth: Auth) -> Option<(TestNamespace, Operator, FakePve)> {
+    let pve = FakePve::start()?;
+    let ns = banlieue_testenv::namespace(prefix).await;
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pve-credentials"},
+               "stringData": credentials(&pve, auth)}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "pve"},
+        "spec": {
+            "class": "proxmox",
+            "connection": {"endpoint": pve.ready.endpoint,
+                           "credentialsRef": {"name": "pve-credentials"},
+                           "caBundle": {"inline": pve.ready.ca_pem}},
+            "capabilities": {
+                "storageClasses": [{"name": "fast", "target": {"storage": "local-lvm"}}],
+                "networkClasses": [{"name": "lan", "target": {"bridge": "vmbr0"}}]
+            },
+            "settings": {"taskPollInterval": "200ms", "shutdownTimeout": "5", "failedCloneBackoff": "3s"}
+        }}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-small", ns.name)},
+               "spec": {"cpus": 2, "memoryMiB": 1024, "firmware": "bios", "disk": {"sizeGiB": 8, "storageClass": "fast"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{}-debian", ns.name)},
+               "spec": {"os": {"family": "linux", "distribution": "debian", "version": "13"},
+                        "sources": {"proxmox": {"templateID": pve.ready.template_id}}}}),
+    ];
+    for object in &objects {
+        apply(&ns.client, &ns.name, object).await.expect("fixture");
+    }
+    let mut registry = BackendRegistry::default();
+    registry.register(ProviderClass::Proxmox, Arc::new(ProxmoxFactory::new()));
+    let operator = Operator::start_with_registry(
+        ns.client.clone(),
+        &ns.name,
+        registry,
+        Arc::new(SimFactory::new()),
+        Duration::from_secs(5),
+    );
+    Some((ns, operator, pve))
+}
+
+fn vm(ns: &TestNamespace, name: &str) -> Value {
+    json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name},
+        "spec": {"classRef": {"name": format!("{}-small", ns.name)},
+                 "imageRef": {"name": format!("{}-debian", ns.name)},
+                 "networks": [{"name": "eth0", "networkClass": "lan"}]}
+    })
+}
+
+fn condition<'a>(
+    list: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    conditions::get(list, type_)
+}
+
+fn vm_conditions(
+    vm: &VirtualMachine,
+) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+    vm.status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default()
+}
+
+fn is_ready(vm: &VirtualMachine) -> bool {
+    condition(vm_conditions(vm), "Ready").is_some_and(|c| c.status == "True")
+}
+
+/// True when a condition of the ProxmoxMachine names `reason` (as its reason, or in
+/// its message for terminal failures) and its message contains `text`.
+fn has_condition(machine: &ProxmoxMachine, reason: &str, text: &str) -> bool {
+    machine.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            (c.reason == reason || c.message.starts_with(&format!("{reason}: ")))
+                && c.message.contains(text)
+        })
+    })
+}
+
+fn machine_of(pve: &FakePve, name: &str) -> Option<Value> {
+    pve.machines().into_iter().find(|m| m["name"] == name)
+}
+
+async fn set_power(vms: &Api<VirtualMachine>, name: &str, state: &str) {
+    vms.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"powerState": state}})),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_machine_is_cloned_configured_started_powered_and_deleted() {
+    let Some((ns, _operator, pve)) = world("pve-life", Auth::Token).await else {
+        return;
+    };
+    let providers: Api<Provider> = ns.api();
+    let provider = wait_for(&providers, "pve", WAIT, |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+    })
+    .await;
+    let status = provider.status.unwrap();
+    assert_eq!(
+        status.version.as_deref(),
+        Some("Proxmox VE 9.0.10 (release 9.0)")
+    );
+    let names: Vec<&str> = status
+        .failure_domains
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(names, ["pve1", "pve2"]);
+    let pve1 = &status.failure_domains[0];
+    assert_eq!(pve1.labels["topology.kubernetes.io/zone"], "pve1");
+    assert_eq!(pve1.labels["banlieue.io/proxmox-cluster"], "fakecluster");
+    assert_eq!(pve1.storage_classes, ["fast"]);
+    assert_eq!(pve1.network_classes, ["lan"]);
+
+    apply(&ns.client, &ns.name, &vm(&ns, "web-1"))
+        .await
+        .unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    let ready = wait_for(&vms, "web-1", WAIT, |v| {
+        is_ready(v) && v.status.as_ref().is_some_and(|s| !s.addresses.is_empty())
+    })
+    .await;
+    let status = ready.status.as_ref().unwrap();
+    let machine = machine_of(&pve, "web-1").expect("a VM on fakepve");
+    let config = &machine["config"];
+    let uid = config["smbios1"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("uuid=")
+        .to_string();
+    assert_eq!(
+        status.provider_id.as_deref(),
+        Some(format!("proxmox://{uid}").as_str())
+    );
+    assert!(
+        status
+            .addresses
+            .iter()
+            .any(|a| a.address.starts_with("10.99.")),
+        "{:?}",
+        status.addresses
+    );
+    assert_eq!(machine["status"], "running");
+    assert_eq!(config["cores"], "2");
+    assert_eq!(config["memory"], "1024");
+    assert_eq!(config["bios"], "seabios");
+    assert_eq!(config["agent"], "1");
+    assert_eq!(config["ipconfig0"], "ip=dhcp");
+    assert!(
+        config["net0"].as_str().unwrap().ends_with(",bridge=vmbr0"),
+        "{config}"
+    );
+    assert!(
+        config["tags"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("banlieue-{uid}")),
+        "{config}"
+    );
+    assert!(
+        config["description"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("banlieue.io/uid: {uid}"))
+    );
+    assert_eq!(pve.machines().len(), 1, "exactly one clone");
+
+    set_power(&vms, "web-1", "PoweredOff").await;
+    wait_for(&vms, "web-1", WAIT, |v| {
+        v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOff)
+    })
+    .await;
+    assert_eq!(machine_of(&pve, "web-1").unwrap()["status"], "stopped");
+    set_power(&vms, "web-1", "PoweredOn").await;
+    wait_for(&vms, "web-1", WAIT, |v| {
+        is_ready(v) && v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
+    })
+    .await;
+    assert_eq!(machine_of(&pve, "web-1").unwrap()["status"], "running");
+
+    vms.delete("web-1", &DeleteParams::default()).await.unwrap();
+    wait_gone(&vms, "web-1", WAIT).await;
+    assert!(machine_of(&pve, "web-1").is_none(), "{:?}", pve.machines());
+    assert_eq!(pve.vms().len(), 1, "only the template is left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticket_auth_works_and_logs_in_again_when_tickets_are_revoked() {
+    let Some((ns, _operator, pve)) = world("pve-ticket", Auth::Ticket).await else {
+        return;
+    };
+    apply(&ns.client, &ns.name, &vm(&ns, "db-1")).await.unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    wait_for(&vms, "db-1", WAIT, is_ready).await;
+    pve.revoke_tickets();
+    set_power(&vms, "db-1", "PoweredOff").await;
+    wait_for(&vms, "db-1", WAIT, |v| {
+        v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOff)
+    })
+    .await;
+    assert_eq!(machine_of(&pve, "db-1").unwrap()["status"], "stopped");
+    let (requests, _) = pve.requests(0);
+    let logins = requests
+        .iter()
+        .filter(|(m, p)| m == "POST" && p.ends_with("/access/ticket"))
+        .count();
+    assert!(
+        logins >= 2,
+        "one login, and one after the revocation: {logins}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_token_makes_the_provider_unreachable_with_pves_message() {
+    let Some((ns, _operator, _pve)) = world("pve-badtoken", Auth::BadToken).await else {
+        return;
+    };
+    let providers: Api<Provider> = ns.api();
+    let provider = wait_for(&providers, "pve", WAIT, |p| {
+        p.status.as_ref().is_some_and(|s| {
+            condition(&s.conditions, "Reachable").is_some_and(|c| c.status == "False")
+        })
+    })
+    .await;
+    let status = provider.status.unwrap();
+    let reachable = condition(&status.conditions, "Reachable").unwrap();
+    assert_eq!(reachable.reason, "Unauthorized");
+    assert!(
+        reachable.message.contains("authentication failure"),
+        "{}",
+        reachable.message
+    );
+    assert!(!reachable.message.contains("not-the-secret"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_clone_and_a_lock_timeout_become_conditions_and_recover() {
+    let Some((ns, _operator, pve)) = world("pve-faults", Auth::Token).await else {
+        return;
+    };
+    pve.fail_next_clone("clone failed: storage 'local-lvm' is full");
+    apply(&ns.client, &ns.name, &vm(&ns, "app-1"))
+        .await
+        .unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    let machines: Api<ProxmoxMachine> = ns.api();
+    wait_for(&machines, "app-1", WAIT, |m| {
+        has_condition(m, "CloneFailed", "is full")
+    })
+    .await;
+    // Reported for failedCloneBackoff (3 s here), then retried; the fault was one-shot.
+    let ready = wait_for(&vms, "app-1", WAIT, is_ready).await;
+    assert!(ready.status.as_ref().unwrap().provider_id.is_some());
+    assert_eq!(pve.machines().len(), 1);
+
+    // Another task holds the config lock: the shutdown task times out on it.
+    let vmid = machine_of(&pve, "app-1").unwrap()["vmid"].as_u64().unwrap();
+    pve.hold_config_lock(vmid, None);
+    set_power(&vms, "app-1", "PoweredOff").await;
+    wait_for(&machines, "app-1", WAIT, |m| {
+        has_condition(m, "VMLocked", "got timeout")
+    })
+    .await;
+    pve.release_config_lock(vmid);
+    wait_for(&vms, "app-1", WAIT, |v| {
+        v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOff)
+    })
+    .await;
+
+    // A backup lock: the power-on waits for it.
+    pve.lock(vmid, "backup");
+    set_power(&vms, "app-1", "PoweredOn").await;
+    wait_for(&machines, "app-1", WAIT, |m| {
+        has_condition(m, "VMLocked", "locked (backup)")
+    })
+    .await;
+    pve.unlock(vmid);
+    wait_for(&vms, "app-1", WAIT, |v| {
+        is_ready(v) && v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_server_errors_are_retried_and_converge() {
+    let Some((ns, _operator, pve)) = world("pve-500", Auth::Token).await else {
+        return;
+    };
+    pve.fail(
+        "GET",
+        "/cluster/resources",
+        500,
+        "proxy: upstream unavailable",
+        Some(4),
+    );
+    pve.fail("POST", "/status/start", 503, "service unavailable", Some(2));
+    apply(&ns.client, &ns.name, &vm(&ns, "api-1"))
+        .await
+        .unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    wait_for(&vms, "api-1", WAIT, is_ready).await;
+    assert_eq!(pve.machines().len(), 1, "retries never clone twice");
+    assert_eq!(machine_of(&pve, "api-1").unwrap()["status"], "running");
+}
+
+fn connection(pve: &FakePve) -> Connection {
+    Connection {
+        class: ProviderClass::Proxmox,
+        endpoint: pve.ready.endpoint.clone(),
+        credentials: [
+            (
+                "tokenID".to_string(),
+                SecretValue::new(pve.ready.token_id.clone()),
+            ),
+            (
+                "tokenSecret".to_string(),
+                SecretValue::new(pve.ready.token_secret.clone()),
+            ),
+        ]
+        .into(),
+        ca_bundle: Some(pve.ready.ca_pem.clone()),
+        insecure_skip_tls_verify: false,
+        settings: [("taskPollInterval".to_string(), "100ms".to_string())].into(),
+    }
+}
+
+fn request(uid: &str, template: u32) -> MachineRequest {
+    let spec = serde_json::from_value(json!({
+        "templateID": template, "cores": 1, "memoryMiB": 512, "network": [{"bridge": "vmbr0"}]
+    }))
+    .unwrap();
+    MachineRequest {
+        identity: MachineIdentity {
+            uid: uid.into(),
+            namespace: "race".into(),
+            name: format!("m-{}", &uid[..8]),
+        },
+        spec: MachineSpec::Proxmox(spec),
+        failure_domain: Some("pve1".into()),
+        bootstrap: None,
+    }
+}
+
+/// Two operators (two backends, no shared lock) and one operator with many machines
+/// create at once: every VM gets its own VMID, and each UID exactly one VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn machines_created_at_once_never_share_a_vmid() {
+    let Some(pve) = FakePve::start() else { return };
+    let factory = ProxmoxFactory::new();
+    let a = factory.connect(&connection(&pve)).unwrap();
+    let b = factory.connect(&connection(&pve)).unwrap();
+    let uids: Vec<String> = (0..6)
+        .map(|i| format!("{i:08x}-0000-4000-8000-00000000000{i}"))
+        .collect();
+    let mut handles = Vec::new();
+    for (i, uid) in uids.iter().enumerate() {
+        let backend = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let req = request(uid, pve.ready.template_id);
+        handles.push(tokio::spawn(async move {
+            for _ in 0..200 {
+                match backend.ensure(&req).await {
+                    Ok(o) if o.settled_at(PowerState::PoweredOn) => return o,
+                    Ok(_) => {}
+                    Err(e) if e.is_transient() => {}
+                    Err(e) => panic!("{e}"),
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("machine did not settle")
+        }));
+    }
+    let mut refs = BTreeSet::new();
+    for handle in handles {
+        let observation = handle.await.unwrap();
+        assert!(
+            refs.insert(observation.backend_ref.clone().unwrap()),
+            "{refs:?}"
+        );
+    }
+    let machines = pve.machines();
+    assert_eq!(machines.len(), uids.len(), "{machines:?}");
+    let vmids: BTreeSet<u64> = machines
+        .iter()
+        .map(|m| m["vmid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(vmids.len(), uids.len());
+    for uid in &uids {
+        let with_uid = machines
+            .iter()
+            .filter(|m| {
+                m["config"]["tags"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains(uid.as_str())
+            })
+            .count();
+        assert_eq!(with_uid, 1, "{uid}");
+        let d = a.delete(&request(uid, 0).identity).await.unwrap();
+        let _ = d;
+    }
+}
