@@ -141,7 +141,35 @@ async fn reconcile(image: Arc<VMImage>, ctx: Arc<Context>) -> Result<Action, Err
         }
     }
     ctx.metrics.reconciled(NAME, "success", started.elapsed());
-    Ok(Action::requeue(ctx.settings.sync_period))
+    // A Provider that is not ready yet may be a moment ahead of our cache: look again
+    // soon (with backoff) rather than a whole sync period later.
+    let all_available = status_rows_available(&image, &ctx);
+    if all_available {
+        ctx.succeeded(&image.name_any());
+        Ok(Action::requeue(ctx.settings.sync_period))
+    } else {
+        Ok(Action::requeue(
+            ctx.backoff(&image.name_any()).min(ctx.settings.sync_period),
+        ))
+    }
+}
+
+/// Whether every Provider this image has a source for was found ready with the image.
+fn status_rows_available(image: &VMImage, ctx: &Context) -> bool {
+    ctx.stores
+        .providers
+        .state()
+        .iter()
+        .filter(|p| image.spec.sources.has(p.spec.class))
+        .all(|p| {
+            conditions::is_true(
+                p.status
+                    .as_ref()
+                    .map(|s| s.conditions.as_slice())
+                    .unwrap_or_default(),
+                types::READY,
+            )
+        })
 }
 
 fn error_policy(image: Arc<VMImage>, error: &Error, ctx: Arc<Context>) -> Action {
