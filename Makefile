@@ -29,6 +29,10 @@ test: testbin lint crds-check features-check ## The whole test suite (what CI ru
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --workspace --all-features --locked
 	DEMO_ONESHOT=1 $(MAKE) --no-print-directory demo
 
+.PHONY: e2e-proxmox
+e2e-proxmox: testbin ## Only the Proxmox VE end-to-end tests (real apiserver + fakepve); part of `make test`.
+	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test proxmox
+
 .PHONY: features-check
 features-check: ## A build with one backend feature links no other backend crate.
 	hack/check-feature-isolation.sh
