@@ -4,34 +4,22 @@
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use super::BootstrapDataRef;
 use super::kinds::{infra_kinds, infra_machine};
 use super::machine::MachineDisk;
-use crate::api::common::{Ipam, LocalObjectReference, PowerState};
+use crate::api::common::Ipam;
 use crate::api::vm_image::CloudHypervisorImageSource;
 
 infra_machine! {
     kind: "CloudHypervisorMachine", short: "bchm",
     doc: "A CloudHypervisorMachine is one Cloud Hypervisor VMM process on a host, booted from a kernel or firmware with its own copy of the image disk. It is the Cluster API InfraMachine for Cloud Hypervisor and the backend object banlieue creates for VirtualMachines scheduled onto a cloud-hypervisor Provider.",
+    provider_ref_doc: "The cloud-hypervisor Provider (same namespace). For CAPI machines it may be left empty: banlieue then finds it from the failure domain CAPI assigned.",
+    provider_id_scheme: "cloud-hypervisor://",
+    provider_id_doc: "`cloud-hypervisor://<uuid>`, set by banlieue once the VMM runs and offered to the guest as its instance ID.",
+    bootstrap_doc: "Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.",
     /// Desired state of a CloudHypervisorMachine.
     #[x_kube(validation = Rule::new("!has(self.maxCPUs) || self.maxCPUs >= self.cpus")
         .message("maxCPUs must be at least cpus"))]
     pub struct CloudHypervisorMachineSpec {
-        /// The cloud-hypervisor Provider (same namespace). For CAPI machines it may be
-        /// left empty: banlieue then finds it from the failure domain CAPI assigned.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub provider_ref: Option<LocalObjectReference>,
-        /// `cloud-hypervisor://<uuid>`, set by banlieue once the VMM runs and offered to
-        /// the guest as its instance ID.
-        #[serde(
-            default,
-            rename = "providerID",
-            skip_serializing_if = "Option::is_none"
-        )]
-        #[x_kube(validation = Rule::new("self.startsWith('cloud-hypervisor://')")
-            .message("spec.providerID must start with cloud-hypervisor://"))]
-        #[schemars(length(min = 1, max = 512))]
-        pub provider_id: Option<String>,
         /// Kernel or firmware, and the disk image to copy.
         pub image: CloudHypervisorImageSource,
         /// Boot vCPUs.
@@ -62,13 +50,6 @@ infra_machine! {
         #[x_kube(merge_strategy = ListMerge::Atomic)]
         #[schemars(length(max = 8))]
         pub network: Vec<CloudHypervisorNetworkInterface>,
-        /// Desired power state (CAPI machines are always `PoweredOn`). `Suspended` maps to
-        /// Cloud Hypervisor's pause.
-        #[serde(default)]
-        pub power_state: PowerState,
-        /// Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub bootstrap: Option<BootstrapDataRef>,
     }
 }
 

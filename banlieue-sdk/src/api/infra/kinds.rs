@@ -12,6 +12,9 @@ pub(crate) const TEMPLATE_IMMUTABLE: &str = "self == oldSelf";
 macro_rules! infra_machine {
     (
         kind: $kind:tt, short: $short:tt, doc: $doc:tt,
+        provider_ref_doc: $provider_ref_doc:tt,
+        provider_id_scheme: $scheme:tt, provider_id_doc: $provider_id_doc:tt,
+        bootstrap_doc: $bootstrap_doc:tt,
         $(#[$meta:meta])*
         pub struct $name:ident { $($body:tt)* }
     ) => {
@@ -39,7 +42,24 @@ macro_rules! infra_machine {
         #[x_kube(validation = Rule::new(crate::api::infra::machine::PROVIDER_ID_IMMUTABLE)
             .message(crate::api::infra::machine::PROVIDER_ID_IMMUTABLE_MSG))]
         $(#[$meta])*
-        pub struct $name { $($body)* }
+        pub struct $name {
+            #[doc = $provider_ref_doc]
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub provider_ref: Option<crate::api::common::LocalObjectReference>,
+            #[doc = $provider_id_doc]
+            #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+            #[x_kube(validation = Rule::new(concat!("self.startsWith('", $scheme, "')"))
+                .message(concat!("spec.providerID must start with ", $scheme)))]
+            #[schemars(length(min = 1, max = 512))]
+            pub provider_id: Option<String>,
+            /// Desired power state (CAPI machines are always `PoweredOn`).
+            #[serde(default)]
+            pub power_state: crate::api::common::PowerState,
+            #[doc = $bootstrap_doc]
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub bootstrap: Option<crate::api::infra::BootstrapDataRef>,
+            $($body)*
+        }
     };
 }
 

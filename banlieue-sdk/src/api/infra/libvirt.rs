@@ -5,32 +5,20 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::BootstrapDataRef;
 use super::kinds::{infra_kinds, infra_machine};
 use super::machine::MachineDisk;
-use crate::api::common::{Firmware, Ipam, LocalObjectReference, PowerState};
+use crate::api::common::{Firmware, Ipam};
 use crate::api::vm_image::LibvirtImageSource;
 
 infra_machine! {
     kind: "LibvirtMachine", short: "blvm",
     doc: "A LibvirtMachine is one libvirt domain (QEMU/KVM) on a libvirt host, with its OS disk cloned from an image volume and a NoCloud seed for bootstrap. It is the Cluster API InfraMachine for libvirt and the backend object banlieue creates for VirtualMachines scheduled onto a libvirt Provider.",
+    provider_ref_doc: "The libvirt Provider (same namespace). For CAPI machines it may be left empty: banlieue then finds it from the failure domain CAPI assigned.",
+    provider_id_scheme: "libvirt://",
+    provider_id_doc: "`libvirt://<domain UUID>`, set by banlieue once the domain exists and offered to the guest as its instance ID.",
+    bootstrap_doc: "Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.",
     /// Desired state of a LibvirtMachine.
     pub struct LibvirtMachineSpec {
-        /// The libvirt Provider (same namespace). For CAPI machines it may be left empty:
-        /// banlieue then finds it from the failure domain CAPI assigned.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub provider_ref: Option<LocalObjectReference>,
-        /// `libvirt://<domain UUID>`, set by banlieue once the domain exists and offered
-        /// to the guest as its instance ID.
-        #[serde(
-            default,
-            rename = "providerID",
-            skip_serializing_if = "Option::is_none"
-        )]
-        #[x_kube(validation = Rule::new("self.startsWith('libvirt://')")
-            .message("spec.providerID must start with libvirt://"))]
-        #[schemars(length(min = 1, max = 512))]
-        pub provider_id: Option<String>,
         /// The image the OS disk is cloned from.
         pub image: LibvirtImageSource,
         /// Storage pool for the machine's volumes (default `default`).
@@ -65,12 +53,6 @@ infra_machine! {
         #[x_kube(merge_strategy = ListMerge::Atomic)]
         #[schemars(length(max = 10))]
         pub network: Vec<LibvirtNetworkInterface>,
-        /// Desired power state (CAPI machines are always `PoweredOn`).
-        #[serde(default)]
-        pub power_state: PowerState,
-        /// Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub bootstrap: Option<BootstrapDataRef>,
     }
 }
 

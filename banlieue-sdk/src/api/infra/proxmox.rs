@@ -5,33 +5,21 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::BootstrapDataRef;
 use super::kinds::{infra_kinds, infra_machine};
 use super::machine::MachineDisk;
-use crate::api::common::{Firmware, Ipam, LocalObjectReference, PowerState};
+use crate::api::common::{Firmware, Ipam};
 
 infra_machine! {
     kind: "ProxmoxMachine", short: "bpxm",
     doc: "A ProxmoxMachine is one QEMU virtual machine on a Proxmox VE cluster, cloned from a template. It is the Cluster API InfraMachine for Proxmox VE and the backend object banlieue creates for VirtualMachines scheduled onto a proxmox Provider.",
+    provider_ref_doc: "The proxmox Provider (same namespace). For CAPI machines it may be left empty: banlieue then finds it from the failure domain CAPI assigned.",
+    provider_id_scheme: "proxmox://",
+    provider_id_doc: "`proxmox://<SMBIOS UUID>`, set by banlieue once the VM exists and offered to the guest as cloud-init instance metadata.",
+    bootstrap_doc: "Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.",
     /// Desired state of a ProxmoxMachine.
     #[x_kube(validation = Rule::new("!has(self.vmIDRange) || self.vmIDRange.end >= self.vmIDRange.start")
         .message("vmIDRange.end must not be below vmIDRange.start"))]
     pub struct ProxmoxMachineSpec {
-        /// The proxmox Provider (same namespace). For CAPI machines it may be left empty:
-        /// banlieue then finds it from the failure domain CAPI assigned.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub provider_ref: Option<LocalObjectReference>,
-        /// `proxmox://<SMBIOS UUID>`, set by banlieue once the VM exists and offered to
-        /// the guest as cloud-init instance metadata.
-        #[serde(
-            default,
-            rename = "providerID",
-            skip_serializing_if = "Option::is_none"
-        )]
-        #[x_kube(validation = Rule::new("self.startsWith('proxmox://')")
-            .message("spec.providerID must start with proxmox://"))]
-        #[schemars(length(min = 1, max = 512))]
-        pub provider_id: Option<String>,
         /// VMID of the template to clone.
         #[serde(rename = "templateID")]
         #[schemars(range(min = 100, max = 999999999))]
@@ -86,12 +74,6 @@ infra_machine! {
         #[x_kube(merge_strategy = ListMerge::Atomic)]
         #[schemars(length(max = 10))]
         pub network: Vec<ProxmoxNetworkDevice>,
-        /// Desired power state (CAPI machines are always `PoweredOn`).
-        #[serde(default)]
-        pub power_state: PowerState,
-        /// Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub bootstrap: Option<BootstrapDataRef>,
     }
 }
 

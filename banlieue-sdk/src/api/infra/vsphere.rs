@@ -5,35 +5,23 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::BootstrapDataRef;
 use super::kinds::{infra_kinds, infra_machine};
 use super::machine::MachineDisk;
-use crate::api::common::{DiskProvisioning, Firmware, Ipam, LocalObjectReference, PowerState};
+use crate::api::common::{DiskProvisioning, Firmware, Ipam};
 
 infra_machine! {
     kind: "VSphereMachine", short: "bvsm",
     doc: "A VSphereMachine is one virtual machine on a vCenter, cloned from a template. It is the Cluster API InfraMachine for vSphere and the backend object banlieue creates for VirtualMachines scheduled onto a vsphere Provider.",
+    provider_ref_doc: "The vsphere Provider (same namespace). For CAPI machines it may be left empty: banlieue then finds it from the failure domain CAPI assigned.",
+    provider_id_scheme: "vsphere://",
+    provider_id_doc: "`vsphere://<BIOS UUID>`, set by banlieue once the VM exists; matches the Node's providerID reported by the vSphere cloud provider.",
+    bootstrap_doc: "Bootstrap data when no CAPI Machine owns this object; delivered through `guestinfo.userdata` or `guestinfo.ignition.config.data`.",
     /// Desired state of a VSphereMachine.
     #[x_kube(validation = Rule::new("!(has(self.datastore) && has(self.storagePolicyName))")
         .message("set either datastore or storagePolicyName, not both"))]
     #[x_kube(validation = Rule::new("!has(self.numCoresPerSocket) || self.numCPUs % self.numCoresPerSocket == 0")
         .message("numCPUs must be a multiple of numCoresPerSocket"))]
     pub struct VSphereMachineSpec {
-        /// The vsphere Provider (same namespace). For CAPI machines it may be left empty:
-        /// banlieue then finds it from the failure domain CAPI assigned.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub provider_ref: Option<LocalObjectReference>,
-        /// `vsphere://<BIOS UUID>`, set by banlieue once the VM exists; matches the Node's
-        /// providerID reported by the vSphere cloud provider.
-        #[serde(
-            default,
-            rename = "providerID",
-            skip_serializing_if = "Option::is_none"
-        )]
-        #[x_kube(validation = Rule::new("self.startsWith('vsphere://')")
-            .message("spec.providerID must start with vsphere://"))]
-        #[schemars(length(min = 1, max = 512))]
-        pub provider_id: Option<String>,
         /// Name or inventory path of the template to clone.
         #[schemars(length(min = 1, max = 1024))]
         pub template: String,
@@ -96,13 +84,6 @@ infra_machine! {
         #[x_kube(merge_strategy = ListMerge::Atomic)]
         #[schemars(length(max = 10))]
         pub network: Vec<VSphereNetworkDevice>,
-        /// Desired power state (CAPI machines are always `PoweredOn`).
-        #[serde(default)]
-        pub power_state: PowerState,
-        /// Bootstrap data when no CAPI Machine owns this object; delivered through
-        /// `guestinfo.userdata` or `guestinfo.ignition.config.data`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub bootstrap: Option<BootstrapDataRef>,
     }
 }
 
