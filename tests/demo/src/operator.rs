@@ -11,7 +11,7 @@
 #![allow(unsafe_code)]
 
 use std::fs::File;
-use std::io::{self, Read as _, Seek as _, SeekFrom};
+use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsFd as _;
 use std::os::unix::process::CommandExt as _;
@@ -231,7 +231,7 @@ impl Operator {
     pub fn log_tail(&self, lines: usize) -> String {
         match &self.log {
             None => "(the operator's output went to stderr, above)".to_owned(),
-            Some(path) => match tail(path, lines) {
+            Some(path) => match banlieue_testenv::log_tail(path, lines) {
                 Ok(text) if text.trim().is_empty() => format!("{} is empty", path.display()),
                 Ok(text) => format!("last lines of {}:\n{text}", path.display()),
                 Err(e) => format!("could not read {}: {e}", path.display()),
@@ -279,19 +279,6 @@ async fn readyz(addr: SocketAddr) -> Result<(), String> {
     }
 }
 
-/// The last `lines` lines of the file at `path` (reading at most its last 64 KiB).
-fn tail(path: &Path, lines: usize) -> io::Result<String> {
-    const MAX: u64 = 64 * 1024;
-    let mut file = File::open(path)?;
-    let len = file.metadata()?.len();
-    file.seek(SeekFrom::Start(len.saturating_sub(MAX)))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    let text = String::from_utf8_lossy(&bytes);
-    let all: Vec<&str> = text.lines().collect();
-    Ok(all[all.len().saturating_sub(lines)..].join("\n"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,8 +290,17 @@ mod tests {
         let path = dir.join("log");
         let text: String = (1..=50).map(|i| format!("line {i}\n")).collect();
         std::fs::write(&path, text).unwrap();
-        assert_eq!(tail(&path, 2).unwrap(), "line 49\nline 50");
-        assert_eq!(tail(&path, 100).unwrap().lines().count(), 50);
+        assert_eq!(
+            banlieue_testenv::log_tail(&path, 2).unwrap(),
+            "line 49\nline 50"
+        );
+        assert_eq!(
+            banlieue_testenv::log_tail(&path, 100)
+                .unwrap()
+                .lines()
+                .count(),
+            50
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -62,6 +62,7 @@ pub use binaries::Binaries;
 pub use control_plane::{ControlPlane, ControlPlaneConfig, FIELD_MANAGER};
 pub use error::Error;
 pub use namespace::TestNamespace;
+pub use process::tail as log_tail;
 
 static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
 

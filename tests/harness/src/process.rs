@@ -144,7 +144,7 @@ impl Drop for ManagedProcess {
 }
 
 /// The last `lines` lines of the file at `path` (reading at most its last 64 KiB).
-fn tail(path: &Path, lines: usize) -> io::Result<String> {
+pub fn tail(path: &Path, lines: usize) -> io::Result<String> {
     const MAX: u64 = 64 * 1024;
     let mut file = File::open(path)?;
     let len = file.metadata()?.len();
