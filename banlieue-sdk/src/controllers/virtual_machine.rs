@@ -341,9 +341,16 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         migration: None,
         waiting: None,
     };
-    write_status(vm, ctx, &outcome, current_infra).await?;
-    ctx.succeeded(&key_of(vm));
-    Ok(Action::requeue(ctx.settings.sync_period))
+    if write_status(vm, ctx, &outcome, current_infra).await? {
+        ctx.succeeded(&key_of(vm));
+        Ok(Action::requeue(ctx.settings.sync_period))
+    } else {
+        // Owned-object events bring us back; a short backoff covers an infra change the
+        // shared cache had not seen yet when this reconcile read it.
+        Ok(Action::requeue(
+            ctx.backoff(&key_of(vm)).min(Duration::from_secs(30)),
+        ))
+    }
 }
 
 /// Schedules `vm`. Decisions are taken one at a time and remembered in the
@@ -474,7 +481,7 @@ async fn write_status(
     ctx: &Context,
     outcome: &Outcome<'_>,
     infra: Option<&Existing>,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let reference = infra.map(Existing::reference);
     let input = Input {
         generation: vm.meta().generation,
@@ -491,14 +498,14 @@ async fn write_status(
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let status = compute(vm.status.as_ref(), &input, &now);
+    let ready = conditions::is_true(&status.conditions, conditions::types::READY);
     if vm.status.as_ref() == Some(&status) {
-        return Ok(());
+        return Ok(ready);
     }
     let was_ready = vm
         .status
         .as_ref()
         .is_some_and(|s| conditions::is_true(&s.conditions, conditions::types::READY));
-    let ready = conditions::is_true(&status.conditions, conditions::types::READY);
     let api: Api<VirtualMachine> =
         Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
     let patch =
@@ -537,7 +544,7 @@ async fn write_status(
             .await;
         }
     }
-    Ok(())
+    Ok(ready)
 }
 
 fn error_policy(
