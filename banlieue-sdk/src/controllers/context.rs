@@ -252,10 +252,12 @@ where
     })
 }
 
-/// `namespace/name` of an object, for logs and per-object state.
-pub(crate) fn key_of<K: ResourceExt>(object: &K) -> String {
+/// `Kind/namespace/name` of an object, for logs and per-object retry state (the kind
+/// keeps a VirtualMachine and its infra machine, which share a name, apart).
+pub(crate) fn key_of<K: Resource<DynamicType = ()>>(object: &K) -> String {
     format!(
-        "{}/{}",
+        "{}/{}/{}",
+        K::kind(&()),
         object.namespace().unwrap_or_default(),
         object.name_any()
     )
