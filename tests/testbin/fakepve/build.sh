@@ -8,6 +8,17 @@ cd "$(dirname "$0")"
 
 python=${PYTHON:-python3}
 command -v "$python" >/dev/null || { echo "fakepve: Python 3.10+ is required" >&2; exit 1; }
+# Debian ships venv/ensurepip separately (python3-venv); a fresh machine may lack it.
+if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+  if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+    echo "fakepve: installing Debian's python3-venv" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq python3-venv >&2 || { apt-get update -qq >&2 && apt-get install -y -qq python3-venv >&2; }
+  else
+    echo "fakepve: Python's venv module is missing: install python3-venv" >&2
+    exit 1
+  fi
+fi
 py_version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 fakepve_version=$(sed -n 's/^fakepve\[crypto\]==//p' requirements.txt)
 req_hash=$(sha256sum requirements.txt | cut -c1-12)
