@@ -33,6 +33,7 @@
 pub mod api;
 pub mod backend;
 pub mod build;
+pub mod capi;
 pub mod conditions;
 pub mod contract;
 #[cfg(feature = "controllers")]
