@@ -33,13 +33,21 @@ test: testbin lint crds-check features-check ## The whole test suite (what CI ru
 e2e-proxmox: testbin ## Only the Proxmox VE end-to-end tests (real apiserver + fakepve); part of `make test`.
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test proxmox
 
+.PHONY: e2e-vsphere
+e2e-vsphere: testbin ## Only the vSphere end-to-end tests (real apiserver + vcsim); part of `make test`.
+	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test vsphere
+
 .PHONY: features-check
 features-check: ## A build with one backend feature links no other backend crate.
 	hack/check-feature-isolation.sh
 
 .PHONY: testbin
-testbin: fakepve ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
+testbin: fakepve vcsim ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
 	@$(TESTBIN_BUILD)
+
+.PHONY: vcsim
+vcsim: ## Build vcsim (govmomi's vCenter simulator, project-owned main) into a versioned cache dir.
+	@tests/testbin/vcsim/build.sh >/dev/null
 
 .PHONY: fakepve
 fakepve: ## Create the Python venv with fakepve (the Proxmox VE simulator) in a versioned cache dir.
