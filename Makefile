@@ -49,6 +49,10 @@ testbin: fakepve vcsim ## Build kube-apiserver and etcd from Go modules into a v
 vcsim: ## Build vcsim (govmomi's vCenter simulator, project-owned main) into a versioned cache dir.
 	@tests/testbin/vcsim/build.sh >/dev/null
 
+.PHONY: capi
+capi: ## Build Cluster API's core manager and clusterctl (tests/testbin/capi) into a versioned cache dir.
+	@tests/testbin/capi/build.sh >/dev/null
+
 .PHONY: fakepve
 fakepve: ## Create the Python venv with fakepve (the Proxmox VE simulator) in a versioned cache dir.
 	@tests/testbin/fakepve/build.sh >/dev/null
