@@ -42,7 +42,7 @@ features-check: ## A build with one backend feature links no other backend crate
 	hack/check-feature-isolation.sh
 
 .PHONY: testbin
-testbin: fakepve vcsim ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
+testbin: fakepve vcsim capi ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
 	@$(TESTBIN_BUILD)
 
 .PHONY: vcsim
