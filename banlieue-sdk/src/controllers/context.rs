@@ -56,6 +56,9 @@ pub(crate) struct Context {
     pub vms: OnceLock<Store<VirtualMachine>>,
     /// Placements decided, by VM uid: the scheduler's memory until the cache catches up.
     pub placements: Mutex<HashMap<String, ScheduledPlacement>>,
+    /// Whether Cluster API's `cluster.x-k8s.io/v1beta2` was served at start-up (then
+    /// its Machines and Clusters are watched).
+    pub capi_installed: bool,
     recorder: Recorder,
     writers: Mutex<Option<Writers>>,
     failures: Mutex<HashMap<String, u32>>,
@@ -68,6 +71,7 @@ impl Context {
         settings: Settings,
         metrics: Arc<Metrics>,
         readiness: Readiness,
+        capi_installed: bool,
     ) -> Arc<Self> {
         let (providers, providers_w) = reflector::store();
         let (classes, classes_w) = reflector::store();
@@ -98,6 +102,7 @@ impl Context {
             },
             vms: OnceLock::new(),
             placements: Mutex::new(HashMap::new()),
+            capi_installed,
             writers: Mutex::new(Some(Writers {
                 providers: providers_w,
                 classes: classes_w,

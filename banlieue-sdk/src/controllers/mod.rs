@@ -1,5 +1,7 @@
-//! banlieue's controllers (feature `controllers`): Provider, VirtualMachine, one
-//! generic infrastructure machine controller per machine kind, and VMImage.
+//! banlieue's controllers (feature `controllers`): Provider, VirtualMachine, VMImage,
+//! and the Cluster API side: one generic controller per infrastructure machine kind,
+//! per InfraCluster kind (failure domains across Providers) and per machine template
+//! kind (capacity for scale-from-zero).
 //!
 //! Each reconciler is thin: it fetches, calls the pure functions of
 //! [`crate::scheduling`], [`crate::build`] and [`crate::status`], applies with
@@ -23,12 +25,15 @@
 
 mod backends;
 mod bootstrap;
+mod capi;
+mod cluster;
 mod context;
 mod image;
 mod infra;
 mod machine;
 mod metrics;
 mod provider;
+mod template;
 mod virtual_machine;
 mod watch;
 
@@ -132,7 +137,19 @@ pub async fn run(
     readiness: Readiness,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let ctx = context::Context::new(client, registry, settings, metrics, readiness.clone());
+    let capi_installed = capi::installed(&client).await;
+    tracing::info!(
+        capi_installed,
+        "Cluster API cluster.x-k8s.io/v1beta2 served"
+    );
+    let ctx = context::Context::new(
+        client,
+        registry,
+        settings,
+        metrics,
+        readiness.clone(),
+        capi_installed,
+    );
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     let mut tasks: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
         Box::pin(ctx.clone().start_stores(shutdown.clone())),
@@ -157,6 +174,40 @@ pub async fn run(
                 >(ctx.clone(), shutdown.clone()))
             }
         });
+    }
+    {
+        use crate::api::infra::{cloud_hypervisor as ch, libvirt, proxmox, vsphere};
+        tasks.push(Box::pin(cluster::run::<vsphere::VSphereCluster>(
+            ctx.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(Box::pin(cluster::run::<proxmox::ProxmoxCluster>(
+            ctx.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(Box::pin(cluster::run::<libvirt::LibvirtCluster>(
+            ctx.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(Box::pin(cluster::run::<ch::CloudHypervisorCluster>(
+            ctx.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(Box::pin(template::run::<vsphere::VSphereMachineTemplate>(
+            ctx.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(Box::pin(template::run::<proxmox::ProxmoxMachineTemplate>(
+            ctx.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(Box::pin(template::run::<libvirt::LibvirtMachineTemplate>(
+            ctx.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(Box::pin(
+            template::run::<ch::CloudHypervisorMachineTemplate>(ctx.clone(), shutdown.clone()),
+        ));
     }
     // Ready once the shared caches (Providers, classes, images, every infra kind) have
     // listed; the controllers watch the same kinds.

@@ -3,6 +3,9 @@
 //! fields (`spec.providerID`, `status.initialization.provisioned`, `status.addresses`,
 //! `status.failureDomain`, conditions), written only when they change.
 //!
+//! Machines a Cluster API Machine owns go through [`capi::gate`] first: owner,
+//! Cluster, bootstrap data, pause and failure-domain placement come from CAPI.
+//!
 //! Deleting a machine whose Provider no longer exists cannot reach any backend: the
 //! finalizer is then removed at once with a Warning event (`ProviderGone`) saying the
 //! backend VM, if any, was left behind. It never hangs.
@@ -25,6 +28,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+mod capi;
+
 use super::MACHINE_FINALIZER;
 use super::context::{Context, key_of};
 use super::watch;
@@ -34,13 +39,13 @@ use crate::backend::{
     BackendError, BootstrapData, Deletion, MachineIdentity, MachineRequest, SecretValue,
 };
 use crate::build::FAILURE_DOMAIN_ANNOTATION;
+use crate::capi::metadata::{CLUSTER_NAME_LABEL, deleted_for_move};
+use crate::capi::objects::{Cluster as CapiCluster, Machine as CapiMachine};
 use crate::contract::InfraMachineRead;
 use crate::status::machine::{Outcome, compute};
 
 /// Field manager of infra machine status and `spec.providerID`.
 pub(crate) const FIELD_MANAGER: &str = "banlieue-machine";
-/// CAPI's pause annotation.
-pub(crate) const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 
 /// What a reconcile can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +57,9 @@ pub(crate) enum Error {
     DeletionInProgress(Duration),
     #[error("backend: {0}")]
     Backend(BackendError),
+    /// Not a failure: deletion waits while the machine is paused (keeps the finalizer).
+    #[error("paused: {0}")]
+    Paused(&'static str),
 }
 
 /// The bounds every infra machine kind meets.
@@ -93,6 +101,43 @@ pub(crate) async fn run<K: Machine>(
     let controller = Controller::new(api, watch::filtered(&ctx.settings))
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.machine));
     let machines = controller.store();
+    let controller = if ctx.capi_installed {
+        let by_cluster = machines.clone();
+        controller
+            .watches(
+                watch::namespaced::<CapiMachine>(&ctx.client, &ctx.settings),
+                watch::filtered(&ctx.settings),
+                |owner| {
+                    let reference = &owner.spec.infrastructure_ref;
+                    (reference.api_group == crate::api::INFRA_GROUP
+                        && reference.kind == K::kind(&())
+                        && !reference.name.is_empty())
+                    .then(|| {
+                        ObjectRef::new(&reference.name)
+                            .within(&owner.namespace().unwrap_or_default())
+                    })
+                },
+            )
+            .watches(
+                watch::namespaced::<CapiCluster>(&ctx.client, &ctx.settings),
+                watch::filtered(&ctx.settings),
+                move |cluster| {
+                    let namespace = cluster.namespace();
+                    let name = cluster.name_any();
+                    by_cluster
+                        .state()
+                        .into_iter()
+                        .filter(|m| {
+                            m.namespace() == namespace
+                                && m.labels().get(CLUSTER_NAME_LABEL) == Some(&name)
+                        })
+                        .map(|m| ObjectRef::from_obj(m.as_ref()))
+                        .collect::<Vec<_>>()
+                },
+            )
+    } else {
+        controller
+    };
     controller
         .watches(
             watch::namespaced::<Provider>(&ctx.client, &ctx.settings),
@@ -134,7 +179,9 @@ async fn reconcile<K: Machine>(
     .await;
     let outcome = match &result {
         Ok(_) => "success",
-        Err(finalizer::Error::CleanupFailed(Error::DeletionInProgress(_))) => "requeue_after",
+        Err(finalizer::Error::CleanupFailed(Error::DeletionInProgress(_) | Error::Paused(_))) => {
+            "requeue_after"
+        }
         Err(_) => "error",
     };
     ctx.metrics
@@ -143,10 +190,13 @@ async fn reconcile<K: Machine>(
 }
 
 fn provider_of<K: Machine>(machine: &K, ctx: &Context) -> Option<Arc<Provider>> {
-    let reference = machine.provider_ref()?;
+    provider_named(machine, ctx, &machine.provider_ref()?.name)
+}
+
+fn provider_named<K: Machine>(machine: &K, ctx: &Context, name: &str) -> Option<Arc<Provider>> {
     ctx.stores
         .providers
-        .get(&ObjectRef::new(&reference.name).within(&machine.namespace().unwrap_or_default()))
+        .get(&ObjectRef::new(name).within(&machine.namespace().unwrap_or_default()))
 }
 
 fn identity<K: Machine>(machine: &K) -> MachineIdentity {
@@ -158,11 +208,44 @@ fn identity<K: Machine>(machine: &K) -> MachineIdentity {
 }
 
 async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {
-    let Some(provider) = provider_of(machine, ctx) else {
-        let message = match machine.provider_ref() {
-            Some(r) => format!("Provider {:?} not found", r.name),
-            None => "spec.providerRef is not set (CAPI failure-domain lookup is not supported yet)"
-                .to_owned(),
+    let gate = capi::gate(machine, ctx).await?;
+    let (placement, capi_bootstrap) = match gate {
+        capi::Gate::Standalone => (None, None),
+        capi::Gate::Capi {
+            placement,
+            bootstrap_secret,
+        } => (Some(placement), Some(bootstrap_secret)),
+        capi::Gate::Paused(message) => {
+            write_status(machine, ctx, Outcome::Paused { message }, None).await?;
+            return Ok(Action::await_change());
+        }
+        capi::Gate::Waiting {
+            reason,
+            message,
+            retry,
+        } => {
+            write_status(
+                machine,
+                ctx,
+                Outcome::Waiting {
+                    reason,
+                    message: &message,
+                },
+                None,
+            )
+            .await?;
+            return Ok(Action::requeue(retry));
+        }
+    };
+    let provider = match &placement {
+        Some(p) => provider_named(machine, ctx, &p.provider),
+        None => provider_of(machine, ctx),
+    };
+    let Some(provider) = provider else {
+        let message = match (&placement, machine.provider_ref()) {
+            (Some(p), _) => format!("Provider {:?} not found", p.provider),
+            (None, Some(r)) => format!("Provider {:?} not found", r.name),
+            (None, None) => "spec.providerRef is not set".to_owned(),
         };
         write_status(
             machine,
@@ -171,17 +254,21 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
                 reason: "ProviderNotFound",
                 message: &message,
             },
+            None,
         )
         .await?;
         return Ok(Action::requeue(ctx.backoff(&key_of(machine))));
     };
-    if provider.spec.paused || machine.annotations().contains_key(PAUSED_ANNOTATION) {
-        let message = if provider.spec.paused {
-            "the Provider is paused"
-        } else {
-            "annotated cluster.x-k8s.io/paused"
-        };
-        write_status(machine, ctx, Outcome::Paused { message }).await?;
+    if provider.spec.paused {
+        write_status(
+            machine,
+            ctx,
+            Outcome::Paused {
+                message: "the Provider is paused",
+            },
+            None,
+        )
+        .await?;
         return Ok(Action::await_change());
     }
     let backend = match ctx.backends.for_provider(&ctx.client, &provider).await {
@@ -195,46 +282,50 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
                     reason: "ProviderNotReady",
                     message: &message,
                 },
+                None,
             )
             .await?;
             return Ok(Action::requeue(ctx.backoff(&key_of(machine))));
         }
     };
-    let bootstrap = match machine.bootstrap() {
+    let bootstrap_ref = match (&capi_bootstrap, machine.bootstrap()) {
+        (Some(secret), _) => Some((secret.as_str(), BootstrapFormat::CloudConfig)),
+        (None, Some(reference)) => Some((reference.data_secret_name.as_str(), reference.format)),
+        (None, None) => None,
+    };
+    let bootstrap = match bootstrap_ref {
         None => None,
-        Some(reference) => {
-            match read_bootstrap(ctx, machine, &reference.data_secret_name, reference.format)
-                .await?
-            {
-                Some(data) => Some(data),
-                None => {
-                    let message = format!(
-                        "bootstrap Secret {:?} not found",
-                        reference.data_secret_name
-                    );
-                    write_status(
-                        machine,
-                        ctx,
-                        Outcome::Waiting {
-                            reason: "BootstrapDataNotFound",
-                            message: &message,
-                        },
-                    )
-                    .await?;
-                    return Ok(Action::requeue(Duration::from_secs(10)));
-                }
+        Some((secret, format)) => match read_bootstrap(ctx, machine, secret, format).await? {
+            Some(data) => Some(data),
+            None => {
+                let message = format!("bootstrap Secret {secret:?} not found");
+                write_status(
+                    machine,
+                    ctx,
+                    Outcome::Waiting {
+                        reason: "BootstrapDataNotFound",
+                        message: &message,
+                    },
+                    None,
+                )
+                .await?;
+                return Ok(Action::requeue(Duration::from_secs(10)));
             }
-        }
+        },
     };
     let request = MachineRequest {
         identity: identity(machine),
         spec: machine.backend_spec(),
-        failure_domain: machine
-            .annotations()
-            .get(FAILURE_DOMAIN_ANNOTATION)
-            .cloned(),
+        failure_domain: match &placement {
+            Some(p) => p.failure_domain.clone(),
+            None => machine
+                .annotations()
+                .get(FAILURE_DOMAIN_ANNOTATION)
+                .cloned(),
+        },
         bootstrap,
     };
+    let reported = placement.as_ref().and_then(|p| p.reported.as_deref());
     match backend.ensure(&request).await {
         Ok(observation) => {
             if let Some(id) = &observation.provider_id
@@ -242,7 +333,7 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             {
                 set_provider_id(machine, ctx, id).await?;
             }
-            write_status(machine, ctx, Outcome::Observed(&observation)).await?;
+            write_status(machine, ctx, Outcome::Observed(&observation), reported).await?;
             ctx.succeeded(&key_of(machine));
             Ok(match &observation.pending {
                 Some(pending) => Action::requeue(pending.retry_after),
@@ -253,7 +344,7 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             })
         }
         Err(error) => {
-            write_status(machine, ctx, Outcome::Failed(&error)).await?;
+            write_status(machine, ctx, Outcome::Failed(&error), None).await?;
             if error.is_transient() {
                 Ok(Action::requeue(
                     error
@@ -277,7 +368,19 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
 }
 
 async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {
-    let Some(provider) = provider_of(machine, ctx) else {
+    if let Some(why) = capi::paused(machine, ctx).await? {
+        return Err(Error::Paused(why));
+    }
+    if deleted_for_move(machine.meta()) {
+        // clusterctl move recreates this object elsewhere; the VM lives on.
+        return Ok(Action::await_change());
+    }
+    let provider = provider_of(machine, ctx).or_else(|| {
+        let landed = machine.machine_status()?.failure_domain.as_deref()?;
+        let (provider, _) = crate::capi::failure_domains::split_name(landed)?;
+        provider_named(machine, ctx, provider)
+    });
+    let Some(provider) = provider else {
         ctx.event(
             machine,
             EventType::Warning,
@@ -355,19 +458,26 @@ async fn set_provider_id<K: Machine>(machine: &K, ctx: &Context, id: &str) -> Re
     Ok(())
 }
 
+/// Writes the status `outcome` leads to, if it changed. `reported_failure_domain`
+/// replaces the backend's name for where the machine landed (CAPI machines report
+/// the name their cluster published).
 async fn write_status<K: Machine>(
     machine: &K,
     ctx: &Context,
     outcome: Outcome<'_>,
+    reported_failure_domain: Option<&str>,
 ) -> Result<(), Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let status = compute(
+    let mut status = compute(
         machine.machine_status(),
         machine.desired_power_state(),
         machine.meta().generation,
         outcome,
         &now,
     );
+    if let Some(name) = reported_failure_domain {
+        status.failure_domain = Some(name.to_owned());
+    }
     if machine.machine_status() == Some(&status) {
         return Ok(());
     }
@@ -391,6 +501,9 @@ fn error_policy<K: Machine>(
     match error {
         finalizer::Error::CleanupFailed(Error::DeletionInProgress(after)) => {
             Action::requeue(*after)
+        }
+        finalizer::Error::CleanupFailed(Error::Paused(_)) => {
+            Action::requeue(Duration::from_secs(30))
         }
         other => {
             tracing::warn!(machine = %key_of(machine.as_ref()), kind = %K::kind(&()), error = %other, "reconcile failed");

@@ -1,0 +1,99 @@
+//! Reading Cluster API objects at reconcile time: whether CAPI is installed, the
+//! owning Machine and Cluster, and the Providers an InfraCluster spans.
+//!
+//! These are live reads, not caches: CAPI objects are few next to VMs, and a stale
+//! Machine (bootstrap data not yet seen) or Cluster (pause not yet seen) costs more
+//! than a GET.
+
+use std::collections::BTreeSet;
+
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::{Client, discovery};
+
+use super::context::Context;
+use crate::capi::failure_domains::PROVIDER_ATTRIBUTE;
+use crate::capi::objects::{Cluster, Machine};
+use crate::capi::{GROUP, VERSION};
+
+/// True when the API server serves `cluster.x-k8s.io/v1beta2` Machines and Clusters.
+pub(crate) async fn installed(client: &Client) -> bool {
+    match discovery::group(client, GROUP).await {
+        Ok(group) => {
+            group
+                .versioned_resources(VERSION)
+                .iter()
+                .filter(|(r, _)| r.kind == "Machine" || r.kind == "Cluster")
+                .count()
+                == 2
+        }
+        Err(_) => false,
+    }
+}
+
+/// The CAPI Machine `name` in `namespace`, if it exists.
+pub(crate) async fn machine(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Machine>, kube::Error> {
+    Api::<Machine>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(name)
+        .await
+}
+
+/// The CAPI Cluster `name` in `namespace`, if it exists.
+pub(crate) async fn cluster(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Cluster>, kube::Error> {
+    Api::<Cluster>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(name)
+        .await
+}
+
+/// The Providers the Cluster's InfraCluster spans: its `spec.providerRefs`, and the
+/// Providers of the failure domains it published.
+pub(crate) async fn cluster_providers(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &Cluster,
+) -> Result<Vec<String>, kube::Error> {
+    let Some(reference) = &cluster.spec.infrastructure_ref else {
+        return Ok(vec![]);
+    };
+    if reference.api_group != crate::api::INFRA_GROUP || reference.name.is_empty() {
+        return Ok(vec![]);
+    }
+    let resource = ApiResource {
+        group: crate::api::INFRA_GROUP.into(),
+        version: crate::api::VERSION.into(),
+        api_version: format!("{}/{}", crate::api::INFRA_GROUP, crate::api::VERSION),
+        kind: reference.kind.clone(),
+        plural: format!("{}s", reference.kind.to_lowercase()),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &resource);
+    let Some(infra) = api.get_opt(&reference.name).await? else {
+        return Ok(vec![]);
+    };
+    let mut providers = BTreeSet::new();
+    for r in infra.data["spec"]["providerRefs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(name) = r["name"].as_str() {
+            providers.insert(name.to_owned());
+        }
+    }
+    for fd in infra.data["status"]["failureDomains"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(name) = fd["attributes"][PROVIDER_ATTRIBUTE].as_str() {
+            providers.insert(name.to_owned());
+        }
+    }
+    Ok(providers.into_iter().collect())
+}

@@ -1,0 +1,132 @@
+//! The Cluster API side of an infrastructure machine: before a CAPI-owned machine
+//! is built, wait for its owner Machine, its Cluster and the bootstrap data, honour
+//! pause, and place it in the failure domain CAPI chose.
+
+use std::time::Duration;
+
+use kube::ResourceExt;
+
+use super::{Error, Machine};
+use crate::capi::failure_domains::{self, Placement};
+use crate::capi::metadata;
+use crate::controllers::capi;
+use crate::controllers::context::Context;
+
+/// How long to wait before looking again for something CAPI has not written yet
+/// (the Machine and Cluster watches usually wake us sooner).
+const RECHECK: Duration = Duration::from_secs(15);
+
+/// What the CAPI step decided.
+pub(super) enum Gate {
+    /// Not a CAPI machine: build it from its own spec.
+    Standalone,
+    /// A CAPI machine ready to build.
+    Capi {
+        /// Where it goes.
+        placement: Placement,
+        /// The owner Machine's bootstrap data Secret.
+        bootstrap_secret: String,
+    },
+    /// Paused (by the annotation or the Cluster).
+    Paused(&'static str),
+    /// Something CAPI has not provided yet.
+    Waiting {
+        reason: &'static str,
+        message: String,
+        retry: Duration,
+    },
+}
+
+fn waiting(reason: &'static str, message: impl Into<String>) -> Gate {
+    Gate::Waiting {
+        reason,
+        message: message.into(),
+        retry: RECHECK,
+    }
+}
+
+/// Whether reconciliation of a (possibly CAPI-owned) machine is paused, reading its
+/// Cluster. Used on deletion too: a paused machine keeps its VM and finalizer.
+pub(super) async fn paused<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+) -> Result<Option<&'static str>, Error> {
+    let meta = machine.meta();
+    let cluster = match metadata::cluster_name(meta) {
+        Some(name) if ctx.capi_installed => {
+            capi::cluster(ctx, &machine.namespace().unwrap_or_default(), name).await?
+        }
+        _ => None,
+    };
+    Ok(metadata::paused(meta, cluster.as_ref()))
+}
+
+/// The CAPI step of a reconcile.
+pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate, Error> {
+    let meta = machine.meta();
+    if !metadata::is_capi_managed(meta) {
+        return Ok(match metadata::paused(meta, None) {
+            Some(why) => Gate::Paused(why),
+            None => Gate::Standalone,
+        });
+    }
+    if !ctx.capi_installed {
+        if let Some(why) = metadata::paused(meta, None) {
+            return Ok(Gate::Paused(why));
+        }
+        return Ok(waiting(
+            "ClusterAPINotInstalled",
+            "this machine belongs to a Cluster API cluster, but cluster.x-k8s.io/v1beta2 was not served when banlieue started (restart banlieue after installing Cluster API)",
+        ));
+    }
+    let namespace = machine.namespace().unwrap_or_default();
+    let cluster = match metadata::cluster_name(meta) {
+        Some(name) => capi::cluster(ctx, &namespace, name).await?,
+        None => None,
+    };
+    if let Some(why) = metadata::paused(meta, cluster.as_ref()) {
+        return Ok(Gate::Paused(why));
+    }
+    let Some(owner) = metadata::capi_owner(meta, "Machine") else {
+        return Ok(waiting(
+            "WaitingForOwner",
+            "waiting for a Cluster API Machine to own this object",
+        ));
+    };
+    let Some(owner) = capi::machine(ctx, &namespace, owner).await? else {
+        return Ok(waiting(
+            "WaitingForOwner",
+            format!("the owner Machine {owner:?} does not exist (yet)"),
+        ));
+    };
+    let Some(cluster) = cluster else {
+        return Ok(waiting(
+            "WaitingForCluster",
+            format!(
+                "the Cluster {:?} does not exist (yet)",
+                owner.spec.cluster_name
+            ),
+        ));
+    };
+    let Some(bootstrap_secret) = owner.spec.bootstrap.data_secret_name.clone() else {
+        return Ok(waiting(
+            "WaitingForBootstrapData",
+            format!(
+                "waiting for Machine {:?} to have spec.bootstrap.dataSecretName",
+                owner.name_any()
+            ),
+        ));
+    };
+    let providers = capi::cluster_providers(ctx, &namespace, &cluster).await?;
+    match failure_domains::place(
+        owner.spec.failure_domain.as_deref(),
+        machine.provider_ref().map(|r| r.name.as_str()),
+        &providers,
+    ) {
+        Ok(placement) => Ok(Gate::Capi {
+            placement,
+            bootstrap_secret,
+        }),
+        Err(unplaced) => Ok(waiting(unplaced.reason, unplaced.message)),
+    }
+}

@@ -1,0 +1,62 @@
+//! One generic reconciler for every machine template kind: it publishes
+//! `status.capacity` and `status.nodeInfo` so the cluster autoscaler can scale a
+//! node group up from zero. Pure in effect: the status follows the spec alone.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::context::{Context, key_of};
+use super::watch;
+use crate::capi::capacity::template_status;
+use crate::contract::InfraTemplateRead;
+
+/// Field manager of template status.
+const FIELD_MANAGER: &str = "banlieue-template";
+
+pub(crate) async fn run<K>(
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + InfraTemplateRead
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let api = watch::namespaced::<K>(&ctx.client, &ctx.settings);
+    Controller::new(api, watch::filtered(&ctx.settings))
+        .with_config(ControllerConfig::default().concurrency(2))
+        .graceful_shutdown_on(shutdown)
+        .run(
+            |template: Arc<K>, ctx: Arc<Context>| async move {
+                let status = template_status(template.template_status(), template.sizing());
+                if template.template_status() != Some(&status) {
+                    let api: Api<K> = Api::namespaced(ctx.client.clone(), &template.namespace().unwrap_or_default());
+                    let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
+                    api.patch_status(&template.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+                        .await?;
+                }
+                Ok::<_, kube::Error>(Action::await_change())
+            },
+            |template: Arc<K>, error: &kube::Error, ctx: Arc<Context>| {
+                tracing::warn!(template = %key_of(template.as_ref()), %error, "reconcile failed");
+                Action::requeue(ctx.backoff(&key_of(template.as_ref())))
+            },
+            ctx,
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
