@@ -1,12 +1,94 @@
-//! banlieue's backend for Cloud Hypervisor (one supervised VMM per machine over its REST API).
+//! banlieue's backend for Cloud Hypervisor: one supervised `cloud-hypervisor` VMM
+//! process per machine, driven over its REST API on a unix socket, behind
+//! banlieue-sdk's [`Backend`](banlieue_sdk::backend::Backend) trait.
 //!
-//! A hypervisor adapter behind banlieue-sdk's `Backend` trait: it receives plain
-//! request values and returns observations, and never talks to the Kubernetes API.
-//! The adapter itself lands with issue #7; this crate fixes its place in the workspace
-//! and its dependency rule (banlieue-sdk only).
+//! # Where the VMMs run
+//!
+//! On the operator's own host (ADR 0007): a Cloud Hypervisor Provider is one host,
+//! and the operator (running there, e.g. as a host-network DaemonSet pod with
+//! `/dev/kvm` or as a systemd service) starts and supervises the VMMs itself. No agent
+//! sits in between; a remote host agent is future work.
+//!
+//! # Connection
+//!
+//! `Provider.spec.connection.endpoint` names the **state directory**:
+//! `local:///var/lib/banlieue/ch` (or `unix:///…`, or a bare absolute path). No
+//! credentials are used. Each machine gets `<state dir>/<uid>/` (see [`state`]) with
+//! its `state.json` (pid, intent, config, MACs), API socket, disk copy, NoCloud seed
+//! and logs, so a restarted operator finds every VMM again by the pid and socket
+//! recorded there.
+//!
+//! # Machines
+//!
+//! 1. **Prepare** (once, in `<uid>.partial`, renamed into place): copy the image disk
+//!    (`raw` files are grown to `diskGiB`), create additional disks (sparse raw),
+//!    write a NoCloud seed (FAT, label `CIDATA`: `meta-data` with the UID as
+//!    instance ID, `user-data` from the bootstrap data, `network-config` from it or
+//!    from IPAM), and the `VmConfig` ([`config`]): payload (kernel + cmdline, or
+//!    firmware), CPUs, memory, disks, tap interfaces with stable MACs, RNG, serial to
+//!    `serial.log`, the UID as SMBIOS UUID and OEM string.
+//! 2. **Start** `cloud-hypervisor --api-socket path=<dir>/api.sock` (setting
+//!    `binary`), wait for `vmm.ping`, then `vm.create` and `vm.boot`; taps with a
+//!    `bridge` join it with `ip link`.
+//! 3. **Observe** with `vm.info` (`Running` → on, `Paused` → suspended, else off); no
+//!    live VMM → off. Addresses: static IPAM addresses, DHCP leases for the MACs from
+//!    the `dhcpLeases` file, and the name as `Hostname`.
+//! 4. **Power off**: `vm.power-button`, then `vm.shutdown` after `shutdownTimeout`.
+//!    The real VMM exits when its guest powers off; either way the machine is off.
+//!    **Power on**: a new VMM (or `vm.boot` on a live one). **Suspend**: `vm.pause`.
+//! 5. **Delete**: `vm.delete`, `vmm.shutdown`, SIGTERM then SIGKILL if the process
+//!    lingers, then the directory is removed.
+//!
+//! **Supervision.** A VMM that is gone while banlieue wanted it running is reported
+//! as the transient error `VMMExited` (so the machine's `Ready` condition says so) for
+//! `restartDelay`, then started again and the VM created and booted anew (its disk
+//! persists). A VMM gone while the machine should be off is simply off.
+//!
+//! **Errors.** No answer on the socket → transient `VMMUnreachable`; 400 → terminal
+//! `InvalidVMConfig`; 404/405/409 → transient `VMStateConflict`; boot 500 → terminal
+//! `BootFailed` (a missing kernel or disk); other 5xx → transient `VMMError`; binary
+//! missing → terminal `BinaryNotFound`; a VMM that exits at once → terminal
+//! `VMMStartFailed` with its log's last lines.
+//!
+//! # Inventory
+//!
+//! `check` reports `Cloud Hypervisor <vmm.ping version>` (from a running VMM, else a
+//! short-lived probe VMM; cached for 10 minutes) and one failure domain, the host
+//! (setting `hostName`, default the kernel's host name) with labels
+//! `topology.kubernetes.io/zone`, `kubernetes.io/hostname`, `banlieue.io/host-cpus`,
+//! `banlieue.io/host-memory-mib`, location `host`, and resources `bridge` (the host's
+//! Linux bridges) and `storage` = `local`.
+//!
+//! # Settings
+//!
+//! | key | value | default | meaning |
+//! |---|---|---|---|
+//! | `binary` | path | `cloud-hypervisor` (from `PATH`) | the VMM executable |
+//! | `shutdownTimeout` | duration | `60s` | power button → `vm.shutdown` |
+//! | `restartDelay` | duration | `5s` | how long a dead VMM is reported before restarting |
+//! | `startTimeout` | duration | `10s` | how long a new VMM may take to answer |
+//! | `pollInterval` | duration | `1s` | how soon to look again while powering off |
+//! | `hostName` | text | the host's name | the failure domain's name |
+//! | `dhcpLeases` | path | none | dnsmasq lease file for DHCP addresses |
+//!
+//! Not yet supported: qcow2 overlays (images are copied; qcow2 disks are not grown),
+//! CAPI IPAM pool addresses, Ignition bootstrap data, a remote host agent.
 #![warn(missing_docs)]
 
+pub mod addresses;
+mod backend;
+pub mod client;
+pub mod config;
+pub mod inventory;
+pub mod prepare;
+pub mod seed;
+pub mod settings;
+pub mod state;
+pub mod supervisor;
+
 use banlieue_sdk::api::common::ProviderClass;
+
+pub use backend::{ChBackend, ChFactory, inspect};
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::CloudHypervisor;

@@ -1,0 +1,577 @@
+//! [`ChBackend`]: the [`Backend`] implementation, and [`ChFactory`].
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use banlieue_sdk::api::common::PowerState;
+use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
+use banlieue_sdk::async_trait;
+use banlieue_sdk::backend::{
+    Backend, BackendError, BackendFactory, Connection, Deletion, ImageLookup, ImageSourceSet,
+    Inventory, MachineIdentity, MachineObservation, MachineRequest, MachineSpec, Pending,
+};
+use tracing::{info, warn};
+
+use crate::addresses;
+use crate::client::VmmClient;
+use crate::inventory;
+use crate::prepare;
+use crate::settings::ChSettings;
+use crate::state::{Exit, Intent, Record, VmDir, now_ms};
+use crate::supervisor;
+
+/// How long one API call to a VMM may take.
+const API_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a VMM version read with `vmm.ping` is reused by `check`.
+const VERSION_TTL: Duration = Duration::from_secs(600);
+
+/// The [`BackendFactory`] of the `cloud-hypervisor` Provider class.
+#[derive(Clone, Debug, Default)]
+pub struct ChFactory;
+
+impl ChFactory {
+    /// A factory.
+    pub fn new() -> Self {
+        Self
+    }
+
+    /// Like [`BackendFactory::connect`], with the concrete type.
+    pub fn connect_ch(&self, connection: &Connection) -> Result<Arc<ChBackend>, BackendError> {
+        Ok(Arc::new(ChBackend::new(ChSettings::parse(connection)?)))
+    }
+}
+
+impl BackendFactory for ChFactory {
+    fn connect(&self, connection: &Connection) -> Result<Arc<dyn Backend>, BackendError> {
+        Ok(self.connect_ch(connection)?)
+    }
+}
+
+/// One lock per machine directory, shared by every backend in the process: the
+/// operator may hold two backends for one Provider while its settings change, and
+/// two reconciles of one machine must never start two VMMs.
+static LOCKS: LazyLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> =
+    LazyLock::new(Default::default);
+
+async fn lock(path: &Path) -> tokio::sync::OwnedMutexGuard<()> {
+    let mutex = LOCKS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(path.to_owned())
+        .or_default()
+        .clone();
+    mutex.lock_owned().await
+}
+
+/// Cloud Hypervisor VMMs on this host, one per machine, supervised through the
+/// state directory.
+#[derive(Debug)]
+pub struct ChBackend {
+    settings: ChSettings,
+    version: Mutex<Option<(String, Instant)>>,
+}
+
+fn spec_of(request: &MachineRequest) -> Result<&CloudHypervisorMachineSpec, BackendError> {
+    match &request.spec {
+        MachineSpec::CloudHypervisor(spec) => Ok(spec),
+        other => Err(BackendError::terminal(
+            "WrongMachineKind",
+            format!(
+                "a cloud-hypervisor Provider serves CloudHypervisorMachines, not {}",
+                other.kind()
+            ),
+        )),
+    }
+}
+
+fn host_error(what: &str, path: &Path, e: std::io::Error) -> BackendError {
+    BackendError::transient("HostIOError", format!("{what} {}: {e}", path.display()))
+}
+
+/// The power state a VMM's `vm.info` state means.
+fn power_of(state: Option<&str>) -> PowerState {
+    match state {
+        Some("Running") => PowerState::PoweredOn,
+        Some("Paused") => PowerState::Suspended,
+        _ => PowerState::PoweredOff,
+    }
+}
+
+impl ChBackend {
+    /// A backend with these settings.
+    pub fn new(settings: ChSettings) -> Self {
+        Self {
+            settings,
+            version: Mutex::new(None),
+        }
+    }
+
+    /// The settings in use.
+    pub fn settings(&self) -> &ChSettings {
+        &self.settings
+    }
+
+    fn host(&self) -> String {
+        self.settings
+            .host_name
+            .clone()
+            .unwrap_or_else(inventory::host_name)
+    }
+
+    fn client(dir: &VmDir) -> VmmClient {
+        VmmClient::new(dir.socket(), API_TIMEOUT)
+    }
+
+    /// Starts a VMM for `dir` and waits until it answers `vmm.ping`; returns its pid.
+    async fn start_vmm(&self, dir: &VmDir) -> Result<u32, BackendError> {
+        let socket = dir.socket();
+        match std::fs::remove_file(&socket) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(host_error("removing the stale socket", &socket, e));
+            }
+            _ => {}
+        }
+        let pid = supervisor::spawn(&self.settings.binary, &socket, &dir.log())?;
+        let client = Self::client(dir);
+        let started = Instant::now();
+        loop {
+            if !supervisor::alive(pid, &socket) {
+                return Err(BackendError::terminal(
+                    "VMMStartFailed",
+                    format!(
+                        "{} exited right after starting: {}",
+                        self.settings.binary.display(),
+                        supervisor::log_tail(&dir.log())
+                    ),
+                ));
+            }
+            if let Ok(ping) = client.ping().await {
+                info!(pid, version = %ping.version, socket = %socket.display(), "VMM started");
+                self.remember_version(ping.version);
+                return Ok(pid);
+            }
+            if started.elapsed() > self.settings.start_timeout {
+                supervisor::signal(pid, true);
+                return Err(BackendError::transient(
+                    "VMMStartTimeout",
+                    format!(
+                        "the VMM did not answer on {} within {:?}: {}",
+                        socket.display(),
+                        self.settings.start_timeout,
+                        supervisor::log_tail(&dir.log())
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    fn remember_version(&self, version: String) {
+        *self.version.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((version, Instant::now()));
+    }
+
+    /// The VMM version: cached, else from a running VMM, else from a short-lived probe VMM.
+    async fn vmm_version(&self) -> Result<String, BackendError> {
+        if let Some((v, at)) = &*self.version.lock().unwrap_or_else(PoisonError::into_inner)
+            && at.elapsed() < VERSION_TTL
+        {
+            return Ok(v.clone());
+        }
+        for dir in VmDir::all(&self.settings.state_dir) {
+            let Ok(Some(record)) = dir.load() else {
+                continue;
+            };
+            if record
+                .pid
+                .is_some_and(|p| supervisor::alive(p, &dir.socket()))
+                && let Ok(ping) = Self::client(&dir).ping().await
+            {
+                self.remember_version(ping.version.clone());
+                return Ok(ping.version);
+            }
+        }
+        let probe = VmDir::new(
+            &self.settings.state_dir,
+            &format!("probe-{}", std::process::id()),
+        )?;
+        std::fs::create_dir_all(probe.path())
+            .map_err(|e| host_error("creating", probe.path(), e))?;
+        let result = self.start_vmm(&probe).await;
+        if let Ok(pid) = result {
+            let _ = Self::client(&probe).put("vmm.shutdown", None).await;
+            for _ in 0..40 {
+                if !supervisor::alive(pid, &probe.socket()) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            supervisor::signal(pid, true);
+        }
+        let _ = std::fs::remove_dir_all(probe.path());
+        result?;
+        let version = self
+            .version
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        version
+            .map(|(v, _)| v)
+            .ok_or_else(|| BackendError::transient("VMMUnreachable", "no version from vmm.ping"))
+    }
+
+    fn observation(
+        &self,
+        record: &Record,
+        dir: &VmDir,
+        spec: Option<&CloudHypervisorMachineSpec>,
+        power: PowerState,
+        pending: Option<Pending>,
+    ) -> MachineObservation {
+        let addresses = match spec {
+            Some(spec) if power == PowerState::PoweredOn => addresses::addresses(
+                &record.name,
+                &spec.network,
+                &record.macs,
+                self.settings.dhcp_leases.as_deref(),
+            ),
+            _ => Vec::new(),
+        };
+        MachineObservation {
+            provider_id: Some(format!("cloud-hypervisor://{}", record.uid)),
+            power_state: Some(power),
+            addresses,
+            failure_domain: Some(self.host()),
+            backend_ref: Some(dir.socket().to_string_lossy().into_owned()),
+            pending,
+        }
+    }
+
+    fn pending(&self, operation: &str, task: String) -> Option<Pending> {
+        Some(Pending {
+            operation: operation.to_owned(),
+            task: Some(task),
+            retry_after: self.settings.poll_interval,
+        })
+    }
+
+    /// Brings a machine whose VMM should run to `want` (on or suspended).
+    async fn run(
+        &self,
+        dir: &VmDir,
+        record: &mut Record,
+        spec: &CloudHypervisorMachineSpec,
+        want: PowerState,
+    ) -> Result<MachineObservation, BackendError> {
+        let socket = dir.socket();
+        let alive = record.pid.is_some_and(|p| supervisor::alive(p, &socket));
+        if !alive {
+            if let (Intent::Run, Some(pid)) = (record.intent, record.pid) {
+                // It died while banlieue wanted it running: report, then restart.
+                let now = now_ms();
+                if record.exit.is_none() {
+                    warn!(pid, uid = %record.uid, "VMM exited unexpectedly");
+                    record.exit = Some(Exit {
+                        pid,
+                        noticed_ms: now,
+                    });
+                    dir.save(record)?;
+                }
+                let noticed = record.exit.as_ref().map_or(now, |e| e.noticed_ms);
+                let waited = Duration::from_millis(now.saturating_sub(noticed));
+                if let Some(left) = self.settings.restart_delay.checked_sub(waited)
+                    && !left.is_zero()
+                {
+                    return Err(BackendError::transient(
+                        "VMMExited",
+                        format!(
+                            "the VMM (pid {pid}) exited unexpectedly; starting it again in {}s (restart {})",
+                            left.as_secs_f32().ceil(),
+                            record.restarts + 1
+                        ),
+                    )
+                    .retry_after(left));
+                }
+                record.restarts += 1;
+            }
+            record.intent = Intent::Run;
+            record.power_button_ms = None;
+            let pid = self.start_vmm(dir).await?;
+            record.pid = Some(pid);
+            record.exit = None;
+            dir.save(record)?;
+        } else if record.intent != Intent::Run || record.power_button_ms.is_some() {
+            record.intent = Intent::Run;
+            record.power_button_ms = None;
+            dir.save(record)?;
+        }
+        let client = Self::client(dir);
+        let api = |op: &'static str| move |e: crate::client::ApiError| e.into_backend(op);
+        let info = client.info().await.map_err(api("vm.info"))?;
+        let mut state = info.map(|i| i.state);
+        if state.is_none() {
+            client
+                .put("vm.create", Some(&record.config))
+                .await
+                .map_err(api("vm.create"))?;
+            state = Some("Created".into());
+        }
+        let booted = matches!(state.as_deref(), Some("Created" | "Shutdown"));
+        if booted {
+            client.put("vm.boot", None).await.map_err(|e| {
+                let e = e.into_backend("vm.boot");
+                if e.reason == "VMMError" {
+                    // CH answers 500 when it cannot open the payload or a disk.
+                    BackendError::terminal("BootFailed", e.message)
+                } else {
+                    e
+                }
+            })?;
+            state = Some("Running".into());
+            prepare::attach_bridges(&record.uid, spec).await?;
+        }
+        match (want, state.as_deref()) {
+            (PowerState::Suspended, Some("Running")) => {
+                client
+                    .put("vm.pause", None)
+                    .await
+                    .map_err(api("vm.pause"))?;
+                state = Some("Paused".into());
+            }
+            (PowerState::PoweredOn, Some("Paused")) => {
+                client
+                    .put("vm.resume", None)
+                    .await
+                    .map_err(api("vm.resume"))?;
+                state = Some("Running".into());
+            }
+            _ => {}
+        }
+        Ok(self.observation(record, dir, Some(spec), power_of(state.as_deref()), None))
+    }
+
+    /// Powers a machine off: the ACPI power button first, `vm.shutdown` after the
+    /// shutdown timeout. The real VMM exits when its guest powers off; the fake can too.
+    async fn stop(
+        &self,
+        dir: &VmDir,
+        record: &mut Record,
+        spec: &CloudHypervisorMachineSpec,
+    ) -> Result<MachineObservation, BackendError> {
+        let alive = record
+            .pid
+            .is_some_and(|p| supervisor::alive(p, &dir.socket()));
+        if !alive {
+            if record.intent != Intent::Stop || record.exit.is_some() || record.pid.is_some() {
+                record.intent = Intent::Stop;
+                record.exit = None;
+                record.power_button_ms = None;
+                record.pid = None;
+                dir.save(record)?;
+            }
+            return Ok(self.observation(record, dir, Some(spec), PowerState::PoweredOff, None));
+        }
+        let client = Self::client(dir);
+        let api = |op: &'static str| move |e: crate::client::ApiError| e.into_backend(op);
+        let state = client
+            .info()
+            .await
+            .map_err(api("vm.info"))?
+            .map(|i| i.state);
+        if record.intent != Intent::Stop {
+            record.intent = Intent::Stop;
+            record.exit = None;
+            dir.save(record)?;
+        }
+        match state.as_deref() {
+            Some("Running") if record.power_button_ms.is_none() => {
+                client
+                    .put("vm.power-button", None)
+                    .await
+                    .map_err(api("vm.power-button"))?;
+                record.power_button_ms = Some(now_ms());
+                dir.save(record)?;
+                let task = format!(
+                    "ACPI power button pressed; vm.shutdown after {:?}",
+                    self.settings.shutdown_timeout
+                );
+                Ok(self.observation(
+                    record,
+                    dir,
+                    Some(spec),
+                    PowerState::PoweredOn,
+                    self.pending("PoweringOff", task),
+                ))
+            }
+            Some("Running" | "Paused") => {
+                let pressed = record.power_button_ms.unwrap_or(0);
+                let waited = Duration::from_millis(now_ms().saturating_sub(pressed));
+                if state.as_deref() == Some("Running") && waited < self.settings.shutdown_timeout {
+                    let task =
+                        format!("waiting for the guest to power off ({}s)", waited.as_secs());
+                    return Ok(self.observation(
+                        record,
+                        dir,
+                        Some(spec),
+                        PowerState::PoweredOn,
+                        self.pending("PoweringOff", task),
+                    ));
+                }
+                client
+                    .put("vm.shutdown", None)
+                    .await
+                    .map_err(api("vm.shutdown"))?;
+                record.power_button_ms = None;
+                dir.save(record)?;
+                Ok(self.observation(record, dir, Some(spec), PowerState::PoweredOff, None))
+            }
+            _ => {
+                if record.power_button_ms.take().is_some() {
+                    dir.save(record)?;
+                }
+                Ok(self.observation(record, dir, Some(spec), PowerState::PoweredOff, None))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for ChBackend {
+    async fn check(&self) -> Result<Inventory, BackendError> {
+        let root = &self.settings.state_dir;
+        std::fs::create_dir_all(root).map_err(|e| host_error("creating", root, e))?;
+        let version = self.vmm_version().await?;
+        Ok(Inventory {
+            version: format!("Cloud Hypervisor {version}"),
+            failure_domains: vec![inventory::failure_domain(&self.host(), root)],
+        })
+    }
+
+    async fn find_image(&self, sources: &ImageSourceSet) -> Result<ImageLookup, BackendError> {
+        let Some(source) = &sources.cloud_hypervisor else {
+            return Ok(ImageLookup::Missing {
+                message: "the image has no cloudHypervisor source".into(),
+            });
+        };
+        let missing: Vec<&str> = [
+            Some(&source.disk),
+            source.kernel.as_ref(),
+            source.firmware.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .filter(|p| !Path::new(p).is_file())
+        .collect();
+        Ok(if missing.is_empty() {
+            ImageLookup::Available {
+                resolved: source.disk.clone(),
+            }
+        } else {
+            ImageLookup::Missing {
+                message: format!("not on the host: {}", missing.join(", ")),
+            }
+        })
+    }
+
+    async fn ensure(&self, request: &MachineRequest) -> Result<MachineObservation, BackendError> {
+        let spec = spec_of(request)?;
+        let dir = VmDir::new(&self.settings.state_dir, &request.identity.uid)?;
+        let _guard = lock(dir.path()).await;
+        let mut record = match dir.load()? {
+            Some(record) => record,
+            None => prepare::prepare(request, spec, &dir).await?,
+        };
+        match spec.power_state {
+            PowerState::PoweredOff => self.stop(&dir, &mut record, spec).await,
+            want => self.run(&dir, &mut record, spec, want).await,
+        }
+    }
+
+    async fn observe(
+        &self,
+        identity: &MachineIdentity,
+    ) -> Result<Option<MachineObservation>, BackendError> {
+        let dir = VmDir::new(&self.settings.state_dir, &identity.uid)?;
+        let Some(record) = dir.load()? else {
+            return Ok(None);
+        };
+        let alive = record
+            .pid
+            .is_some_and(|p| supervisor::alive(p, &dir.socket()));
+        let power = if alive {
+            let info = Self::client(&dir)
+                .info()
+                .await
+                .map_err(|e| e.into_backend("vm.info"))?;
+            power_of(info.as_ref().map(|i| i.state.as_str()))
+        } else {
+            PowerState::PoweredOff
+        };
+        Ok(Some(self.observation(&record, &dir, None, power, None)))
+    }
+
+    async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
+        let dir = VmDir::new(&self.settings.state_dir, &identity.uid)?;
+        let _guard = lock(dir.path()).await;
+        let partial = dir.partial();
+        if partial.exists() {
+            std::fs::remove_dir_all(&partial).map_err(|e| host_error("removing", &partial, e))?;
+        }
+        let record = dir.load()?;
+        if let Some(pid) = record.as_ref().and_then(|r| r.pid) {
+            let socket = dir.socket();
+            if supervisor::alive(pid, &socket) {
+                let client = Self::client(&dir);
+                // Errors are fine here: whatever state it is in, the process goes next.
+                let _ = client.put("vm.delete", None).await;
+                let _ = client.put("vmm.shutdown", None).await;
+                let mut gone = false;
+                for step in 0..120 {
+                    if !supervisor::alive(pid, &socket) {
+                        gone = true;
+                        break;
+                    }
+                    match step {
+                        40 => supervisor::signal(pid, false),
+                        80 => supervisor::signal(pid, true),
+                        _ => {}
+                    }
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+                if !gone {
+                    return Ok(Deletion::InProgress {
+                        retry_after: self.settings.poll_interval,
+                    });
+                }
+                info!(pid, uid = %identity.uid, "VMM stopped");
+            }
+        }
+        match std::fs::remove_dir_all(dir.path()) {
+            Ok(()) => Ok(Deletion::Gone),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Deletion::Gone),
+            Err(e) => Err(host_error("removing", dir.path(), e)),
+        }
+    }
+}
+
+/// The VM's directory and record, for tools and tests: `None` when no machine carries the UID.
+pub fn inspect(state_dir: &Path, uid: &str) -> Result<Option<(PathBuf, Record)>, BackendError> {
+    let dir = VmDir::new(state_dir, uid)?;
+    Ok(dir.load()?.map(|r| (dir.path().to_owned(), r)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_vm_states_to_power() {
+        assert_eq!(power_of(Some("Running")), PowerState::PoweredOn);
+        assert_eq!(power_of(Some("Paused")), PowerState::Suspended);
+        assert_eq!(power_of(Some("Shutdown")), PowerState::PoweredOff);
+        assert_eq!(power_of(None), PowerState::PoweredOff);
+    }
+}

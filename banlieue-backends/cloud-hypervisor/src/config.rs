@@ -1,0 +1,188 @@
+//! The `VmConfig` banlieue sends with `vm.create`, from a `CloudHypervisorMachine`'s
+//! spec and the machine's directory. Only fields the OpenAPI document names are used
+//! (the tests check every request against it).
+
+use std::path::Path;
+
+use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
+use banlieue_sdk::api::vm_image::DiskFormat;
+use banlieue_sdk::backend::BackendError;
+use serde_json::{Value, json};
+
+/// FNV-1a: a stable hash for names derived from the UID (no crypto needed).
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf29ce484222325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// The MAC of interface `index`: the spec's, else a stable locally administered one
+/// derived from the UID (QEMU/KVM's `52:54:00` prefix), so DHCP leases follow the
+/// machine across VMM restarts.
+pub fn mac(uid: &str, index: usize, given: Option<&str>) -> String {
+    if let Some(mac) = given {
+        return mac.to_ascii_lowercase();
+    }
+    let h = fnv(&format!("{uid}/{index}"));
+    format!(
+        "52:54:00:{:02x}:{:02x}:{:02x}",
+        (h >> 16) as u8,
+        (h >> 8) as u8,
+        h as u8
+    )
+}
+
+/// The tap device of interface `index`: `bl` + 8 hex digits of the UID's hash + the
+/// index, within Linux's 15-character limit, so it can be found again (to join a bridge).
+pub fn tap(uid: &str, index: usize) -> String {
+    format!("bl{:08x}n{index}", fnv(uid) as u32)
+}
+
+/// The file name of the OS disk for an image format.
+pub fn os_disk_name(format: DiskFormat) -> &'static str {
+    match format {
+        DiskFormat::Raw => "disk.raw",
+        DiskFormat::Qcow2 => "disk.qcow2",
+    }
+}
+
+fn image_type(format: DiskFormat) -> &'static str {
+    match format {
+        DiskFormat::Raw => "Raw",
+        DiskFormat::Qcow2 => "Qcow2",
+    }
+}
+
+/// The `VmConfig` for `spec`, with the files in `dir`.
+pub fn vm_config(
+    uid: &str,
+    spec: &CloudHypervisorMachineSpec,
+    dir: &Path,
+    macs: &[String],
+) -> Result<Value, BackendError> {
+    let image = &spec.image;
+    let payload = match (&image.kernel, &image.firmware) {
+        (Some(kernel), None) => {
+            let mut p = json!({"kernel": kernel});
+            if let Some(cmdline) = &image.cmdline {
+                p["cmdline"] = json!(cmdline);
+            }
+            p
+        }
+        (None, Some(firmware)) => json!({"firmware": firmware}),
+        _ => {
+            return Err(BackendError::terminal(
+                "InvalidImage",
+                "the image must name exactly one of kernel or firmware",
+            ));
+        }
+    };
+    let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let mut disks = vec![
+        json!({"id": "os", "path": path(os_disk_name(image.format)), "image_type": image_type(image.format)}),
+        json!({"id": "cidata", "path": path("seed.img"), "readonly": true, "image_type": "Raw"}),
+    ];
+    for (i, _) in spec.additional_disks.iter().enumerate() {
+        disks.push(json!({"id": format!("data{i}"), "path": path(&format!("data-{i}.raw")), "image_type": "Raw"}));
+    }
+    let net: Vec<Value> = spec
+        .network
+        .iter()
+        .zip(macs)
+        .enumerate()
+        .map(|(i, (nic, mac))| {
+            let mut n = json!({"id": format!("net{i}"), "tap": tap(uid, i), "mac": mac});
+            if let Some(mtu) = nic.mtu {
+                n["mtu"] = json!(mtu);
+            }
+            n
+        })
+        .collect();
+    let cpus = spec.cpus;
+    let max = spec.max_cpus.unwrap_or(cpus).max(cpus);
+    let mut memory = json!({"size": spec.memory_mib << 20});
+    if spec.hugepages {
+        memory["hugepages"] = json!(true);
+    }
+    Ok(json!({
+        "payload": payload,
+        "cpus": {"boot_vcpus": cpus, "max_vcpus": max},
+        "memory": memory,
+        "disks": disks,
+        "net": net,
+        "rng": {"src": "/dev/urandom"},
+        "serial": {"mode": "File", "file": path("serial.log")},
+        "console": {"mode": "Off"},
+        // The UID as the SMBIOS system UUID and an OEM string: the guest sees who it is.
+        // `uuid` (deprecated for `system_uuid` in newer releases) is what v48 takes.
+        "platform": {"uuid": uid, "oem_strings": [format!("banlieue.io/uid={uid}")]},
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_stable_and_short() {
+        let uid = "6c1f1b9e-8a54-4d55-9a0e-3f2d1c0b9a87";
+        assert_eq!(mac(uid, 0, None), mac(uid, 0, None));
+        assert_ne!(mac(uid, 0, None), mac(uid, 1, None));
+        assert!(mac(uid, 0, None).starts_with("52:54:00:"));
+        assert_eq!(mac(uid, 0, Some("52:54:00:AA:00:01")), "52:54:00:aa:00:01");
+        assert!(tap(uid, 7).len() <= 15);
+    }
+
+    #[test]
+    fn builds_a_config() {
+        let spec: CloudHypervisorMachineSpec = serde_json::from_value(json!({
+            "image": {"kernel": "/boot/vmlinux", "cmdline": "console=ttyS0 root=/dev/vda1",
+                      "disk": "/images/debian.raw", "format": "raw"},
+            "cpus": 2, "memoryMiB": 1024,
+            "network": [{"mtu": 1400}]
+        }))
+        .unwrap();
+        let c = vm_config(
+            "u1",
+            &spec,
+            Path::new("/state/u1"),
+            &["52:54:00:00:00:01".into()],
+        )
+        .unwrap();
+        assert_eq!(c["payload"]["kernel"], "/boot/vmlinux");
+        assert_eq!(c["cpus"]["max_vcpus"], 2);
+        assert_eq!(c["memory"]["size"], 1u64 << 30);
+        assert_eq!(c["disks"][0]["path"], "/state/u1/disk.raw");
+        assert_eq!(c["disks"][1]["readonly"], true);
+        assert_eq!(c["net"][0]["mtu"], 1400);
+        let mut no_payload = spec.clone();
+        no_payload.image.kernel = None;
+        assert_eq!(
+            vm_config("u1", &no_payload, Path::new("/s"), &[])
+                .unwrap_err()
+                .reason,
+            "InvalidImage"
+        );
+    }
+
+    #[test]
+    fn the_config_matches_the_openapi_document() {
+        let spec: CloudHypervisorMachineSpec = serde_json::from_value(json!({
+            "image": {"firmware": "/usr/share/cloud-hypervisor/CLOUDHV.fd", "disk": "/i.qcow2"},
+            "cpus": 2, "maxCPUs": 4, "memoryMiB": 2048, "hugepages": true,
+            "additionalDisks": [{"name": "data", "sizeGiB": 10}],
+            "network": [{"mtu": 9000, "macAddress": "52:54:00:12:34:56"}, {}]
+        }))
+        .unwrap();
+        let macs = vec!["52:54:00:12:34:56".into(), mac("u", 1, None)];
+        let config = vm_config("u", &spec, Path::new("/s/u"), &macs).unwrap();
+        let openapi = fake_cloud_hypervisor::Spec::bundled();
+        let errors = openapi.check_request(
+            "PUT",
+            "/api/v1/vm.create",
+            Some("application/json"),
+            config.to_string().as_bytes(),
+        );
+        assert_eq!(errors, Vec::<String>::new(), "{config:#}");
+    }
+}

@@ -1,0 +1,133 @@
+//! Making a machine's directory: the OS disk copied from the image (grown for raw
+//! images), additional disks, the NoCloud seed, the `VmConfig` and the record — all
+//! in `<uid>.partial`, renamed into place at the end so a crash never leaves a
+//! half-made machine that looks complete. And, after boot, taps joining bridges.
+
+use std::path::Path;
+
+use banlieue_sdk::api::common::PowerState;
+use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
+use banlieue_sdk::api::vm_image::DiskFormat;
+use banlieue_sdk::backend::{BackendError, MachineRequest};
+use tracing::info;
+
+use crate::config;
+use crate::seed;
+use crate::state::{self, Intent, Record, VmDir};
+
+fn io(what: &str, path: &Path, e: std::io::Error) -> BackendError {
+    BackendError::transient("HostIOError", format!("{what} {}: {e}", path.display()))
+}
+
+/// Prepares the machine's directory and returns its record.
+pub async fn prepare(
+    request: &MachineRequest,
+    spec: &CloudHypervisorMachineSpec,
+    dir: &VmDir,
+) -> Result<Record, BackendError> {
+    let identity = &request.identity;
+    let partial = dir.partial();
+    if partial.exists() {
+        // A crash mid-prepare: start over.
+        tokio::fs::remove_dir_all(&partial)
+            .await
+            .map_err(|e| io("removing", &partial, e))?;
+    }
+    tokio::fs::create_dir_all(&partial)
+        .await
+        .map_err(|e| io("creating", &partial, e))?;
+    let source = Path::new(&spec.image.disk);
+    if !source.is_file() {
+        let _ = tokio::fs::remove_dir_all(&partial).await;
+        return Err(BackendError::terminal(
+            "ImageNotFound",
+            format!("the image disk {} is not on the host", source.display()),
+        ));
+    }
+    let os_disk = partial.join(config::os_disk_name(spec.image.format));
+    tokio::fs::copy(source, &os_disk)
+        .await
+        .map_err(|e| io("copying the image to", &os_disk, e))?;
+    if let (DiskFormat::Raw, Some(gib)) = (spec.image.format, spec.disk_gib) {
+        grow(&os_disk, u64::from(gib) << 30)?;
+    }
+    for (i, disk) in spec.additional_disks.iter().enumerate() {
+        let path = partial.join(format!("data-{i}.raw"));
+        let file = std::fs::File::create(&path).map_err(|e| io("creating", &path, e))?;
+        file.set_len(u64::from(disk.size_gib) << 30)
+            .map_err(|e| io("sizing", &path, e))?;
+    }
+    let macs: Vec<String> = spec
+        .network
+        .iter()
+        .enumerate()
+        .map(|(i, nic)| config::mac(&identity.uid, i, nic.mac_address.as_deref()))
+        .collect();
+    let files = seed::files(identity, request.bootstrap.as_ref(), &spec.network, &macs)?;
+    seed::write_image(&partial.join("seed.img"), &files)?;
+    let vm_config = config::vm_config(&identity.uid, spec, dir.path(), &macs)?;
+    let record = Record {
+        uid: identity.uid.clone(),
+        namespace: identity.namespace.clone(),
+        name: identity.name.clone(),
+        pid: None,
+        intent: if spec.power_state == PowerState::PoweredOff {
+            Intent::Stop
+        } else {
+            Intent::Run
+        },
+        power_button_ms: None,
+        exit: None,
+        restarts: 0,
+        config: vm_config,
+        macs,
+    };
+    state::save_in(&partial, &record)?;
+    tokio::fs::rename(&partial, dir.path())
+        .await
+        .map_err(|e| io("renaming into place", dir.path(), e))?;
+    info!(uid = %identity.uid, dir = %dir.path().display(), "machine directory prepared");
+    Ok(record)
+}
+
+/// Grows a raw disk to `bytes` (sparse); never shrinks it.
+fn grow(path: &Path, bytes: u64) -> Result<(), BackendError> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| io("opening", path, e))?;
+    let len = file.metadata().map_err(|e| io("reading", path, e))?.len();
+    if bytes > len {
+        file.set_len(bytes).map_err(|e| io("growing", path, e))?;
+    }
+    Ok(())
+}
+
+/// Puts each interface's tap into its bridge (`ip link set <tap> master <bridge> up`);
+/// Cloud Hypervisor creates taps but does not bridge them.
+pub async fn attach_bridges(
+    uid: &str,
+    spec: &CloudHypervisorMachineSpec,
+) -> Result<(), BackendError> {
+    for (i, nic) in spec.network.iter().enumerate() {
+        let Some(bridge) = &nic.bridge else { continue };
+        let tap = config::tap(uid, i);
+        let out = tokio::process::Command::new("ip")
+            .args(["link", "set", "dev", &tap, "master", bridge, "up"])
+            .output()
+            .await
+            .map_err(|e| {
+                BackendError::transient("BridgeAttachFailed", format!("running ip: {e}"))
+            })?;
+        if !out.status.success() {
+            return Err(BackendError::transient(
+                "BridgeAttachFailed",
+                format!(
+                    "ip link set dev {tap} master {bridge}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

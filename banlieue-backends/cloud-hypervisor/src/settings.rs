@@ -1,0 +1,162 @@
+//! `Provider.spec.connection.endpoint` and `spec.settings` for the cloud-hypervisor class.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use banlieue_sdk::backend::{BackendError, Connection};
+
+/// Parsed connection and settings (see the crate docs for the table).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChSettings {
+    /// The state directory: one subdirectory per machine (from the endpoint).
+    pub state_dir: PathBuf,
+    /// The VMM executable (`binary`, default `cloud-hypervisor`, looked up in `PATH`).
+    pub binary: PathBuf,
+    /// The failure domain's name (`hostName`, default the host's name).
+    pub host_name: Option<String>,
+    /// How long the guest may take to power off after the ACPI power button before
+    /// `vm.shutdown` stops it (`shutdownTimeout`, default 60s).
+    pub shutdown_timeout: Duration,
+    /// How long a VMM that died is reported before it is started again
+    /// (`restartDelay`, default 5s).
+    pub restart_delay: Duration,
+    /// How long a new VMM may take to answer `vmm.ping` (`startTimeout`, default 10s).
+    pub start_timeout: Duration,
+    /// How soon to look again while an operation is in flight (`pollInterval`, default 1s).
+    pub poll_interval: Duration,
+    /// A dnsmasq-style lease file to read DHCP addresses from (`dhcpLeases`).
+    pub dhcp_leases: Option<PathBuf>,
+}
+
+fn duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if let Some(ms) = text.strip_suffix("ms") {
+        return ms.trim().parse().ok().map(Duration::from_millis);
+    }
+    text.strip_suffix('s')
+        .unwrap_or(text)
+        .trim()
+        .parse()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// The state directory an endpoint names: `local:///var/lib/banlieue/ch`,
+/// `unix:///var/lib/banlieue/ch` or a bare absolute path.
+pub fn state_dir(endpoint: &str) -> Result<PathBuf, BackendError> {
+    let path = endpoint
+        .strip_prefix("local://")
+        .or_else(|| endpoint.strip_prefix("unix://"))
+        .unwrap_or(endpoint);
+    if path.starts_with('/') && !path.contains("..") {
+        Ok(PathBuf::from(path))
+    } else {
+        Err(BackendError::terminal(
+            "UnsupportedEndpoint",
+            format!(
+                "endpoint {endpoint:?}: the cloud-hypervisor class runs VMMs on the operator's own host and takes local:///<state directory> (a remote host agent is not implemented)"
+            ),
+        ))
+    }
+}
+
+impl ChSettings {
+    /// Parses the connection; bad values fail with a terminal `InvalidSettings`.
+    /// Unknown keys are ignored (the operator reads some itself).
+    pub fn parse(connection: &Connection) -> Result<Self, BackendError> {
+        Self::parse_parts(&connection.endpoint, &connection.settings)
+    }
+
+    /// As [`ChSettings::parse`], from the endpoint and settings map.
+    pub fn parse_parts(
+        endpoint: &str,
+        settings: &BTreeMap<String, String>,
+    ) -> Result<Self, BackendError> {
+        let mut parsed = Self {
+            state_dir: state_dir(endpoint)?,
+            binary: PathBuf::from("cloud-hypervisor"),
+            host_name: None,
+            shutdown_timeout: Duration::from_secs(60),
+            restart_delay: Duration::from_secs(5),
+            start_timeout: Duration::from_secs(10),
+            poll_interval: Duration::from_secs(1),
+            dhcp_leases: None,
+        };
+        let mut bad = Vec::new();
+        let mut set = |key: &str, max: u64, field: &mut Duration| {
+            if let Some(v) = settings.get(key) {
+                match duration(v).filter(|d| *d <= Duration::from_secs(max)) {
+                    Some(d) => *field = d,
+                    None => bad.push(format!(
+                        "{key} {v:?} is not a duration up to {max}s (e.g. 500ms, 30s)"
+                    )),
+                }
+            }
+        };
+        set("shutdownTimeout", 3600, &mut parsed.shutdown_timeout);
+        set("restartDelay", 3600, &mut parsed.restart_delay);
+        set("startTimeout", 300, &mut parsed.start_timeout);
+        set("pollInterval", 300, &mut parsed.poll_interval);
+        if parsed.poll_interval.is_zero() {
+            bad.push("pollInterval must not be zero".into());
+        }
+        if let Some(v) = settings.get("binary").filter(|v| !v.is_empty()) {
+            parsed.binary = PathBuf::from(v);
+        }
+        parsed.host_name = settings.get("hostName").cloned().filter(|h| !h.is_empty());
+        parsed.dhcp_leases = settings
+            .get("dhcpLeases")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        if bad.is_empty() {
+            Ok(parsed)
+        } else {
+            Err(BackendError::terminal("InvalidSettings", bad.join("; ")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_endpoint_and_settings() {
+        let s = ChSettings::parse_parts(
+            "local:///var/lib/banlieue/ch",
+            &BTreeMap::from([
+                ("binary".into(), "/opt/ch/cloud-hypervisor".into()),
+                ("shutdownTimeout".into(), "5".into()),
+                ("restartDelay".into(), "500ms".into()),
+                ("dhcpLeases".into(), "/var/lib/misc/dnsmasq.leases".into()),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.state_dir, PathBuf::from("/var/lib/banlieue/ch"));
+        assert_eq!(s.binary, PathBuf::from("/opt/ch/cloud-hypervisor"));
+        assert_eq!(s.shutdown_timeout, Duration::from_secs(5));
+        assert_eq!(s.restart_delay, Duration::from_millis(500));
+        assert_eq!(s.start_timeout, Duration::from_secs(10));
+        assert!(s.dhcp_leases.is_some());
+        assert_eq!(
+            ChSettings::parse_parts("/srv/ch", &BTreeMap::new())
+                .unwrap()
+                .binary,
+            PathBuf::from("cloud-hypervisor")
+        );
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let e = ChSettings::parse_parts("https://host:8443", &BTreeMap::new()).unwrap_err();
+        assert_eq!(e.reason, "UnsupportedEndpoint");
+        let e = ChSettings::parse_parts(
+            "local:///x",
+            &BTreeMap::from([("restartDelay".into(), "soon".into())]),
+        )
+        .unwrap_err();
+        assert_eq!(e.reason, "InvalidSettings");
+        assert!(e.message.contains("restartDelay"));
+    }
+}
