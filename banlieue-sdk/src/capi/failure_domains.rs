@@ -175,5 +175,20 @@ pub fn place(
     }
 }
 
+/// A failure domain for a machine CAPI did not place (a MachineDeployment has one
+/// failure domain at most, usually none): the candidate with the fewest machines of
+/// the same group already in it, ties broken by name, so replicas spread evenly.
+pub fn spread<'c>(candidates: &'c [String], taken: &[&str]) -> Option<&'c str> {
+    candidates
+        .iter()
+        .min_by_key(|c| {
+            (
+                taken.iter().filter(|t| **t == c.as_str()).count(),
+                c.as_str(),
+            )
+        })
+        .map(String::as_str)
+}
+
 #[cfg(test)]
 mod tests;

@@ -52,18 +52,26 @@ pub(crate) async fn cluster(
         .await
 }
 
-/// The Providers the Cluster's InfraCluster spans: its `spec.providerRefs`, and the
-/// Providers of the failure domains it published.
-pub(crate) async fn cluster_providers(
+/// What a Cluster's InfraCluster spans.
+#[derive(Debug, Default)]
+pub(crate) struct ClusterDomains {
+    /// Its `spec.providerRefs` and the Providers of the failure domains it published.
+    pub providers: Vec<String>,
+    /// The failure domains it published, and whether each may host control planes.
+    pub failure_domains: Vec<(String, bool)>,
+}
+
+/// Reads the Cluster's InfraCluster.
+pub(crate) async fn cluster_domains(
     ctx: &Context,
     namespace: &str,
     cluster: &Cluster,
-) -> Result<Vec<String>, kube::Error> {
+) -> Result<ClusterDomains, kube::Error> {
     let Some(reference) = &cluster.spec.infrastructure_ref else {
-        return Ok(vec![]);
+        return Ok(ClusterDomains::default());
     };
     if reference.api_group != crate::api::INFRA_GROUP || reference.name.is_empty() {
-        return Ok(vec![]);
+        return Ok(ClusterDomains::default());
     }
     let resource = ApiResource {
         group: crate::api::INFRA_GROUP.into(),
@@ -74,9 +82,10 @@ pub(crate) async fn cluster_providers(
     };
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &resource);
     let Some(infra) = api.get_opt(&reference.name).await? else {
-        return Ok(vec![]);
+        return Ok(ClusterDomains::default());
     };
     let mut providers = BTreeSet::new();
+    let mut failure_domains = vec![];
     for r in infra.data["spec"]["providerRefs"]
         .as_array()
         .into_iter()
@@ -94,6 +103,15 @@ pub(crate) async fn cluster_providers(
         if let Some(name) = fd["attributes"][PROVIDER_ATTRIBUTE].as_str() {
             providers.insert(name.to_owned());
         }
+        if let Some(name) = fd["name"].as_str() {
+            failure_domains.push((
+                name.to_owned(),
+                fd["controlPlane"].as_bool().unwrap_or(true),
+            ));
+        }
     }
-    Ok(providers.into_iter().collect())
+    Ok(ClusterDomains {
+        providers: providers.into_iter().collect(),
+        failure_domains,
+    })
 }

@@ -34,6 +34,37 @@ pub(crate) struct Stores {
     pub cloud_hypervisor: Store<CloudHypervisorMachine>,
 }
 
+/// An infra machine of any kind, reduced to what failure-domain spreading needs.
+pub(crate) struct MachineSummary {
+    pub uid: String,
+    pub namespace: Option<String>,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub failure_domain: Option<String>,
+}
+
+fn summaries<K>(store: &Store<K>) -> impl Iterator<Item = MachineSummary> + use<K>
+where
+    K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead + Clone + 'static,
+{
+    store.state().into_iter().map(|m| MachineSummary {
+        uid: m.uid().unwrap_or_default(),
+        namespace: m.namespace(),
+        labels: m.labels().clone(),
+        failure_domain: m.machine_status().and_then(|s| s.failure_domain.clone()),
+    })
+}
+
+impl Stores {
+    /// Every cached infra machine, of all kinds.
+    pub fn infra_machines(&self) -> Vec<MachineSummary> {
+        summaries(&self.vsphere)
+            .chain(summaries(&self.proxmox))
+            .chain(summaries(&self.libvirt))
+            .chain(summaries(&self.cloud_hypervisor))
+            .collect()
+    }
+}
+
 struct Writers {
     providers: reflector::store::Writer<Provider>,
     classes: reflector::store::Writer<VMClass>,
@@ -59,6 +90,9 @@ pub(crate) struct Context {
     /// Whether Cluster API's `cluster.x-k8s.io/v1beta2` was served at start-up (then
     /// its Machines and Clusters are watched).
     pub capi_installed: bool,
+    /// Failure domains banlieue chose for CAPI machines, by uid, until their status
+    /// says so (so replicas created together spread instead of piling up).
+    pub capi_placements: Mutex<HashMap<String, String>>,
     recorder: Recorder,
     writers: Mutex<Option<Writers>>,
     failures: Mutex<HashMap<String, u32>>,
@@ -103,6 +137,7 @@ impl Context {
             vms: OnceLock::new(),
             placements: Mutex::new(HashMap::new()),
             capi_installed,
+            capi_placements: Mutex::new(HashMap::new()),
             writers: Mutex::new(Some(Writers {
                 providers: providers_w,
                 classes: classes_w,

@@ -162,3 +162,30 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn spread_fills_the_emptiest_domain_first() {
+    let c = ["p/a".to_string(), "p/b".to_string(), "p/c".to_string()];
+    assert_eq!(spread(&c, &[]), Some("p/a"));
+    assert_eq!(spread(&c, &["p/a"]), Some("p/b"));
+    assert_eq!(spread(&c, &["p/a", "p/b"]), Some("p/c"));
+    assert_eq!(spread(&c, &["p/a", "p/b", "p/c", "p/b"]), Some("p/a"));
+    assert_eq!(spread(&[], &["p/a"]), None);
+}
+
+proptest! {
+    /// Placing machines one after another never leaves two domains more than one
+    /// machine apart.
+    #[test]
+    fn spread_is_even(n in 1usize..6, machines in 0usize..40) {
+        let candidates: Vec<String> = (0..n).map(|i| format!("p/{i}")).collect();
+        let mut taken: Vec<String> = vec![];
+        for _ in 0..machines {
+            let refs: Vec<&str> = taken.iter().map(String::as_str).collect();
+            let next = spread(&candidates, &refs).unwrap().to_owned();
+            taken.push(next);
+        }
+        let counts: Vec<usize> = candidates.iter().map(|c| taken.iter().filter(|t| *t == c).count()).collect();
+        prop_assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1);
+    }
+}

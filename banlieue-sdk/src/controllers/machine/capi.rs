@@ -61,6 +61,72 @@ pub(super) async fn paused<K: Machine>(
     Ok(metadata::paused(meta, cluster.as_ref()))
 }
 
+/// Labels CAPI puts on the machines of one MachineDeployment / MachineSet / control
+/// plane: machines sharing one of them are spread together.
+const GROUP_LABELS: [&str; 3] = [
+    "cluster.x-k8s.io/deployment-name",
+    "cluster.x-k8s.io/set-name",
+    "cluster.x-k8s.io/control-plane-name",
+];
+
+/// A failure domain for a machine CAPI left unplaced: the one it already has, else
+/// the emptiest among its cluster's for its group (remembered until status says so).
+fn choose<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    domains: &capi::ClusterDomains,
+) -> Option<String> {
+    let uid = machine.uid().unwrap_or_default();
+    if let Some(landed) = machine
+        .machine_status()
+        .and_then(|s| s.failure_domain.clone())
+    {
+        return Some(landed);
+    }
+    let mut ledger = ctx.capi_placements.lock().expect("capi placements");
+    if let Some(chosen) = ledger.get(&uid) {
+        return Some(chosen.clone());
+    }
+    let control_plane = machine
+        .labels()
+        .contains_key("cluster.x-k8s.io/control-plane");
+    let candidates: Vec<String> = domains
+        .failure_domains
+        .iter()
+        .filter(|(_, cp)| *cp || !control_plane)
+        .map(|(name, _)| name.clone())
+        .collect();
+    let group = |labels: &std::collections::BTreeMap<String, String>| {
+        GROUP_LABELS
+            .iter()
+            .find_map(|l| labels.get(*l).map(|v| (*l, v.clone())))
+    };
+    let own_group = group(machine.labels());
+    let cluster = metadata::cluster_name(machine.meta()).map(str::to_owned);
+    let namespace = machine.namespace();
+    let mut taken: Vec<String> = vec![];
+    for sibling in ctx.stores.infra_machines() {
+        if sibling.uid == uid || sibling.namespace != namespace {
+            continue;
+        }
+        if sibling.labels.get(metadata::CLUSTER_NAME_LABEL) != cluster.as_ref()
+            || group(&sibling.labels) != own_group
+        {
+            continue;
+        }
+        if let Some(fd) = sibling
+            .failure_domain
+            .or_else(|| ledger.get(&sibling.uid).cloned())
+        {
+            taken.push(fd);
+        }
+    }
+    let taken: Vec<&str> = taken.iter().map(String::as_str).collect();
+    let chosen = failure_domains::spread(&candidates, &taken)?.to_owned();
+    ledger.insert(uid, chosen.clone());
+    Some(chosen)
+}
+
 /// The CAPI step of a reconcile.
 pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate, Error> {
     let meta = machine.meta();
@@ -117,11 +183,15 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
             ),
         ));
     };
-    let providers = capi::cluster_providers(ctx, &namespace, &cluster).await?;
+    let domains = capi::cluster_domains(ctx, &namespace, &cluster).await?;
+    let chosen = match (&owner.spec.failure_domain, machine.provider_ref()) {
+        (Some(_), _) | (None, Some(_)) => None,
+        (None, None) => choose(machine, ctx, &domains),
+    };
     match failure_domains::place(
-        owner.spec.failure_domain.as_deref(),
+        owner.spec.failure_domain.as_deref().or(chosen.as_deref()),
         machine.provider_ref().map(|r| r.name.as_str()),
-        &providers,
+        &domains.providers,
     ) {
         Ok(placement) => Ok(Gate::Capi {
             placement,
