@@ -1,12 +1,93 @@
-//! banlieue's backend for vSphere (vCenter over the vSphere Web Services API on reqwest).
+//! banlieue's backend for vSphere: a lean typed client for the vSphere Web Services
+//! API (SOAP vim25 on `/sdk`) on reqwest (rustls with the ring provider) and a small
+//! XML layer, behind banlieue-sdk's [`Backend`](banlieue_sdk::backend::Backend) trait.
+//! Why SOAP and not the Automation REST API: docs/adr/0005-vsphere-soap-client.md.
 //!
-//! A hypervisor adapter behind banlieue-sdk's `Backend` trait: it receives plain
-//! request values and returns observations, and never talks to the Kubernetes API.
-//! The adapter itself lands with issue #5; this crate fixes its place in the workspace
-//! and its dependency rule (banlieue-sdk only).
+//! # Connection
+//!
+//! `Provider.spec.connection.endpoint` is the vCenter's URL, e.g.
+//! `https://vcenter.example.com/sdk` (the `/sdk` suffix is optional). TLS is verified
+//! against `caBundle` when given, else the system's roots; `insecureSkipTLSVerify`
+//! turns verification off (labs only). The credentials Secret holds `username` and
+//! `password`.
+//!
+//! The operator keeps one backend per Provider, and each backend holds **one vCenter
+//! session**: it logs in on first use, every call reuses the `vmware_soap_session`
+//! cookie, and a `NotAuthenticated` fault (an expired or terminated session) logs in
+//! once more and repeats the call. A rejected login (`InvalidLogin`) is answered from
+//! memory for a minute, so a wrong password never turns into a login storm.
+//!
+//! # Machines
+//!
+//! `ensure` never waits for a task: it starts one, returns
+//! [`Pending`](banlieue_sdk::backend::Pending) with the task's ID, and reads the task's
+//! `info.state` on the next call. A machine goes through:
+//!
+//! 1. **Clone** (`CloneVM_Task`) the template (inventory path or name) into the
+//!    failure domain's datacenter and compute cluster (its root resource pool, or
+//!    `resourcePool`), the datacenter's VM folder (or `folder`), on `datastore` when
+//!    given; `LinkedClone` links to the template's current snapshot. The clone's
+//!    config sets `numCPUs`, `numCoresPerSocket`, `memoryMB`, firmware, and
+//!    `instanceUuid` = the infra object's UID (as CAPV does), plus the `extraConfig`
+//!    keys `banlieue.uid` and `banlieue.failureDomain`.
+//! 2. **Configure** once (`ReconfigVM_Task`): `guestinfo.metadata` (instance-id,
+//!    hostname, network config) and `guestinfo.userdata`, or
+//!    `guestinfo.ignition.config.data` for Ignition, all base64 with their
+//!    `.encoding` keys, and `banlieue.configured=true`.
+//! 3. **Power**: `PowerOnVM_Task`, `SuspendVM_Task`; powering off is a guest
+//!    `ShutdownGuest` when VMware Tools runs, then `PowerOffVM_Task` after
+//!    `shutdownTimeout` (at once without Tools).
+//! 4. **Observe**: power state, guest IPs (`guest.net`, `guest.ipAddress`; loopback
+//!    and link-local left out) plus the VM name as `Hostname`; `providerID` =
+//!    `vsphere://<BIOS UUID>`. While powered on without an address the machine
+//!    reports `WaitingForAddress` (setting `waitForAddress`).
+//!
+//! `delete` powers the VM off and then destroys it (`Destroy_Task`).
+//!
+//! **Crash safety.** A VM is found by `FindByUuid` on its instance UUID (the UID), so a
+//! restart never clones twice; a clone started before a restart and still running
+//! makes the new clone fail with vSphere's `DuplicateName` (transient) until it is done.
+//!
+//! **Errors.** SOAP faults and failed tasks carry vSphere's fault type and message
+//! into the error: `InvalidLogin` → terminal `Unauthorized`, `NoPermission` →
+//! `Forbidden`, `InvalidArgument` → `InvalidRequest`, busy objects → transient `Busy`,
+//! other faults → transient `VSphereFault`, no answer → transient `Unreachable`. A
+//! failed clone, reconfigure or power-on task → terminal `CloneFailed` /
+//! `ReconfigureFailed` / `PowerOnFailed` with vSphere's message.
+//!
+//! # Inventory
+//!
+//! `check` reports the vCenter's `about.fullName` and one failure domain per
+//! datacenter × compute cluster, named `<datacenter>/<cluster>`, with labels
+//! `topology.kubernetes.io/region=<datacenter>` and `topology.kubernetes.io/zone=<cluster>`
+//! (when they are valid label values), location `datacenter`, `cluster`, and resources
+//! `datastore` (the datastores the cluster mounts) and `portGroup` (the networks it
+//! reaches), which is what a VSphereCluster spanning several vCenters aggregates.
+//!
+//! # Settings
+//!
+//! | key | value | default | meaning |
+//! |---|---|---|---|
+//! | `taskPollInterval` | `500ms`, `2s`, ... (at most 300s) | `1s` | how soon to look at a running task again |
+//! | `shutdownTimeout` | duration, at most 3600s | `120s` | how long a guest shutdown may take before a power-off |
+//! | `failedCloneBackoff` | duration, at most 3600s | `60s` | how long a failed clone is reported before it is tried again |
+//! | `waitForAddress` | `true`/`false` | `true` | report `WaitingForAddress` until VMware Tools reports an IP |
+//! | `datacenter` | name | the only one | the datacenter when neither machine nor failure domain names one |
+//!
+//! Other keys are ignored. Not yet supported: content-library images, storage
+//! policies, growing the OS disk (`diskGiB`), additional disks, and changing the
+//! template's network devices (`network`).
 #![warn(missing_docs)]
 
+mod backend;
+pub mod client;
+pub mod guestinfo;
+pub mod inventory;
+pub mod settings;
+
 use banlieue_sdk::api::common::ProviderClass;
+
+pub use backend::{VSphereBackend, VSphereFactory};
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::Vsphere;

@@ -1,0 +1,114 @@
+//! `extraConfig` keys: banlieue's own markers and the guest's bootstrap data through
+//! `guestinfo.*`, as cloud-init's VMware datasource and Ignition (Afterburn) read them.
+
+use banlieue_sdk::api::common::BootstrapFormat;
+use banlieue_sdk::backend::{BootstrapData, MachineIdentity};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
+/// The key carrying the infra object's UID (set at clone time).
+pub const UID_KEY: &str = "banlieue.uid";
+/// The key naming the failure domain the VM was placed in.
+pub const FAILURE_DOMAIN_KEY: &str = "banlieue.failureDomain";
+/// Set by the reconfigure that delivers the bootstrap data: the VM is ready to boot.
+pub const CONFIGURED_KEY: &str = "banlieue.configured";
+
+/// The keys set when the VM is cloned: its UID and failure domain.
+pub fn clone_keys(identity: &MachineIdentity, failure_domain: &str) -> Vec<(String, String)> {
+    vec![
+        (UID_KEY.into(), identity.uid.clone()),
+        (FAILURE_DOMAIN_KEY.into(), failure_domain.into()),
+    ]
+}
+
+/// cloud-init's metadata: instance ID (the UID, so a re-created VM re-runs
+/// cloud-init), hostname, and the network config when there is one.
+pub fn metadata(identity: &MachineIdentity, hostname: &str, bootstrap: Option<&BootstrapData>) -> String {
+    let mut meta = serde_json::json!({
+        "instance-id": identity.uid,
+        "local-hostname": hostname,
+    });
+    if let Some(network) = bootstrap.and_then(|b| b.network_config.as_ref()) {
+        meta["network"] = STANDARD.encode(network.expose()).into();
+        meta["network.encoding"] = "base64".into();
+    }
+    meta.to_string()
+}
+
+/// The keys the configuring reconfigure sets: bootstrap data (base64, with its
+/// `.encoding`), metadata, and [`CONFIGURED_KEY`].
+pub fn bootstrap_keys(
+    identity: &MachineIdentity,
+    hostname: &str,
+    bootstrap: Option<&BootstrapData>,
+) -> Vec<(String, String)> {
+    let mut keys = Vec::new();
+    let encoded = |k: &str, v: &str| {
+        [
+            (k.to_string(), STANDARD.encode(v)),
+            (format!("{k}.encoding"), "base64".to_string()),
+        ]
+    };
+    keys.extend(encoded(
+        "guestinfo.metadata",
+        &metadata(identity, hostname, bootstrap),
+    ));
+    match bootstrap {
+        Some(b) if b.format == BootstrapFormat::Ignition => {
+            keys.extend(encoded("guestinfo.ignition.config.data", b.user_data.expose()));
+        }
+        Some(b) => keys.extend(encoded("guestinfo.userdata", b.user_data.expose())),
+        None => {}
+    }
+    keys.push((CONFIGURED_KEY.into(), "true".into()));
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_sdk::backend::SecretValue;
+
+    fn id() -> MachineIdentity {
+        MachineIdentity {
+            uid: "7f1c2a5e-0000-4000-8000-000000000001".into(),
+            namespace: "ns".into(),
+            name: "web-1".into(),
+        }
+    }
+
+    fn decode(keys: &[(String, String)], key: &str) -> String {
+        let v = &keys.iter().find(|(k, _)| k == key).unwrap().1;
+        String::from_utf8(STANDARD.decode(v).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn cloud_config_goes_to_userdata_with_metadata() {
+        let b = BootstrapData {
+            format: BootstrapFormat::CloudConfig,
+            user_data: SecretValue::new("#cloud-config\nhostname: web-1\n"),
+            network_config: Some(SecretValue::new("version: 2\n")),
+        };
+        let keys = bootstrap_keys(&id(), "web-1", Some(&b));
+        assert_eq!(decode(&keys, "guestinfo.userdata"), "#cloud-config\nhostname: web-1\n");
+        let meta: serde_json::Value =
+            serde_json::from_str(&decode(&keys, "guestinfo.metadata")).unwrap();
+        assert_eq!(meta["local-hostname"], "web-1");
+        assert_eq!(meta["instance-id"], id().uid);
+        assert_eq!(meta["network.encoding"], "base64");
+        assert!(keys.contains(&("guestinfo.userdata.encoding".into(), "base64".into())));
+        assert!(keys.contains(&(CONFIGURED_KEY.into(), "true".into())));
+    }
+
+    #[test]
+    fn ignition_goes_to_its_own_key() {
+        let b = BootstrapData {
+            format: BootstrapFormat::Ignition,
+            user_data: SecretValue::new("{\"ignition\":{\"version\":\"3.4.0\"}}"),
+            network_config: None,
+        };
+        let keys = bootstrap_keys(&id(), "web-1", Some(&b));
+        assert!(decode(&keys, "guestinfo.ignition.config.data").contains("3.4.0"));
+        assert!(!keys.iter().any(|(k, _)| k == "guestinfo.userdata"));
+    }
+}

@@ -1,0 +1,251 @@
+//! The vCenter's topology (datacenters, compute clusters, their datastores and
+//! networks) read in one property-collector call, and the Provider inventory made
+//! from it: one failure domain per datacenter × compute cluster.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use banlieue_sdk::backend::{FailureDomainInventory, Inventory};
+
+use crate::client::{MoRef, ObjectContent, PropertySpec, VimClient, VimError};
+
+/// Label: the datacenter (a region, in Kubernetes topology terms).
+pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+/// Label: the compute cluster (a zone).
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// A datacenter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Datacenter {
+    /// Its name.
+    pub name: String,
+    /// Its reference.
+    pub moref: MoRef,
+    /// Its root VM folder.
+    pub vm_folder: Option<MoRef>,
+}
+
+/// A compute cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cluster {
+    /// Its name.
+    pub name: String,
+    /// Its reference.
+    pub moref: MoRef,
+    /// The datacenter's name.
+    pub datacenter: String,
+    /// Its root resource pool.
+    pub resource_pool: Option<MoRef>,
+    /// Names of the datastores its hosts mount.
+    pub datastores: BTreeMap<String, MoRef>,
+    /// Names of the networks (port groups) its hosts reach.
+    pub networks: BTreeMap<String, MoRef>,
+}
+
+/// What [`read`] finds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Topology {
+    /// Datacenters, by name.
+    pub datacenters: BTreeMap<String, Datacenter>,
+    /// Compute clusters, in datacenter then name order.
+    pub clusters: Vec<Cluster>,
+}
+
+/// The name of the failure domain for a datacenter and cluster.
+pub fn failure_domain_name(datacenter: &str, cluster: &str) -> String {
+    format!("{datacenter}/{cluster}")
+}
+
+/// Splits a failure domain name made by [`failure_domain_name`].
+pub fn parse_failure_domain(name: &str) -> Option<(&str, &str)> {
+    name.split_once('/')
+        .filter(|(dc, c)| !dc.is_empty() && !c.is_empty())
+}
+
+const PROPS: &[PropertySpec<'static>] = &[
+    PropertySpec {
+        kind: "Datacenter",
+        paths: &["name", "parent", "vmFolder"],
+    },
+    PropertySpec {
+        kind: "Folder",
+        paths: &["name", "parent"],
+    },
+    PropertySpec {
+        kind: "ClusterComputeResource",
+        paths: &["name", "parent", "resourcePool", "datastore", "network"],
+    },
+    PropertySpec {
+        kind: "Datastore",
+        paths: &["name"],
+    },
+    PropertySpec {
+        kind: "Network",
+        paths: &["name"],
+    },
+];
+
+/// Reads the topology below the root folder.
+pub async fn read(client: &VimClient) -> Result<Topology, VimError> {
+    let root = client.content().await?.root_folder.clone();
+    let objects = client
+        .retrieve_all(
+            &root,
+            &[
+                "Datacenter",
+                "Folder",
+                "ClusterComputeResource",
+                "Datastore",
+                "Network",
+            ],
+            PROPS,
+        )
+        .await?;
+    Ok(build(&objects))
+}
+
+/// Builds the topology from the objects [`read`] retrieves.
+pub fn build(objects: &[ObjectContent]) -> Topology {
+    let by_ref: HashMap<&MoRef, &ObjectContent> = objects.iter().map(|o| (&o.obj, o)).collect();
+    let name = |r: &MoRef| {
+        by_ref
+            .get(r)
+            .and_then(|o| o.text("name"))
+            .map(str::to_string)
+    };
+    // The datacenter above an object: follow `parent` until one is found.
+    let datacenter_of = |o: &ObjectContent| {
+        let mut at = o.moref("parent");
+        for _ in 0..64 {
+            let r = at?;
+            if r.kind == "Datacenter" {
+                return name(&r);
+            }
+            at = by_ref.get(&r).and_then(|p| p.moref("parent"));
+        }
+        None
+    };
+    let mut topology = Topology::default();
+    for o in objects.iter().filter(|o| o.obj.kind == "Datacenter") {
+        let Some(n) = o.text("name") else { continue };
+        topology.datacenters.insert(
+            n.to_string(),
+            Datacenter {
+                name: n.to_string(),
+                moref: o.obj.clone(),
+                vm_folder: o.moref("vmFolder"),
+            },
+        );
+    }
+    for o in objects
+        .iter()
+        .filter(|o| o.obj.kind == "ClusterComputeResource")
+    {
+        let (Some(n), Some(dc)) = (o.text("name"), datacenter_of(o)) else {
+            continue;
+        };
+        let named = |refs: Vec<MoRef>| {
+            refs.into_iter()
+                .filter_map(|r| Some((name(&r)?, r)))
+                .collect::<BTreeMap<_, _>>()
+        };
+        topology.clusters.push(Cluster {
+            name: n.to_string(),
+            moref: o.obj.clone(),
+            datacenter: dc,
+            resource_pool: o.moref("resourcePool"),
+            datastores: named(o.morefs("datastore")),
+            networks: named(o.morefs("network")),
+        });
+    }
+    topology
+        .clusters
+        .sort_by(|a, b| (&a.datacenter, &a.name).cmp(&(&b.datacenter, &b.name)));
+    topology
+}
+
+/// Whether `value` is a valid Kubernetes label value.
+fn label_value(value: &str) -> bool {
+    value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && value
+            .chars()
+            .next()
+            .is_none_or(|c| c.is_ascii_alphanumeric())
+        && value
+            .chars()
+            .last()
+            .is_none_or(|c| c.is_ascii_alphanumeric())
+}
+
+impl Topology {
+    /// The Provider inventory: one failure domain per datacenter × cluster, labelled
+    /// with region = datacenter and zone = cluster (when they are valid label values),
+    /// located by `datacenter` and `cluster`, with the names of its `datastore`s and
+    /// `portGroup`s.
+    pub fn inventory(&self, version: &str) -> Inventory {
+        let failure_domains = self
+            .clusters
+            .iter()
+            .map(|c| {
+                let mut labels = BTreeMap::new();
+                if label_value(&c.datacenter) {
+                    labels.insert(REGION_LABEL.to_string(), c.datacenter.clone());
+                }
+                if label_value(&c.name) {
+                    labels.insert(ZONE_LABEL.to_string(), c.name.clone());
+                }
+                FailureDomainInventory {
+                    name: failure_domain_name(&c.datacenter, &c.name),
+                    labels,
+                    location: BTreeMap::from([
+                        ("datacenter".to_string(), c.datacenter.clone()),
+                        ("cluster".to_string(), c.name.clone()),
+                    ]),
+                    resources: BTreeMap::from([
+                        (
+                            "datastore".to_string(),
+                            c.datastores.keys().cloned().collect::<BTreeSet<_>>(),
+                        ),
+                        (
+                            "portGroup".to_string(),
+                            c.networks.keys().cloned().collect::<BTreeSet<_>>(),
+                        ),
+                    ]),
+                    features: BTreeSet::new(),
+                }
+            })
+            .collect();
+        Inventory {
+            version: version.to_string(),
+            failure_domains,
+        }
+    }
+
+    /// The cluster named `cluster` in datacenter `datacenter`.
+    pub fn cluster(&self, datacenter: &str, cluster: &str) -> Option<&Cluster> {
+        self.clusters
+            .iter()
+            .find(|c| c.datacenter == datacenter && c.name == cluster)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_domain_names_round_trip() {
+        let n = failure_domain_name("DC0", "DC0_C1");
+        assert_eq!(parse_failure_domain(&n), Some(("DC0", "DC0_C1")));
+        assert_eq!(parse_failure_domain("nodc"), None);
+    }
+
+    #[test]
+    fn label_values() {
+        assert!(label_value("DC0_C0"));
+        assert!(!label_value("a/b"));
+        assert!(!label_value("-a"));
+    }
+}

@@ -1,0 +1,113 @@
+//! `Provider.spec.settings` for the vsphere class.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use banlieue_sdk::backend::BackendError;
+
+/// Parsed settings (see the crate docs for the table).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VSphereSettings {
+    /// How soon to look at a running task again (`taskPollInterval`, default 1s).
+    pub task_poll_interval: Duration,
+    /// How long a guest shutdown may take before the VM is powered off
+    /// (`shutdownTimeout`, default 120s).
+    pub shutdown_timeout: Duration,
+    /// How long a failed clone is reported before the next attempt
+    /// (`failedCloneBackoff`, default 60s): a status write re-triggers the reconcile
+    /// at once, and a tight clone loop helps nobody.
+    pub failed_clone_backoff: Duration,
+    /// Keep reporting `WaitingForAddress` until VMware Tools reports an IP
+    /// (`waitForAddress`, default true), as CAPV does.
+    pub wait_for_address: bool,
+    /// The datacenter to use when neither the machine nor its failure domain names one
+    /// (`datacenter`); default: the only datacenter, if there is exactly one.
+    pub datacenter: Option<String>,
+}
+
+impl Default for VSphereSettings {
+    fn default() -> Self {
+        Self {
+            task_poll_interval: Duration::from_secs(1),
+            shutdown_timeout: Duration::from_secs(120),
+            failed_clone_backoff: Duration::from_secs(60),
+            wait_for_address: true,
+            datacenter: None,
+        }
+    }
+}
+
+fn duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if let Some(ms) = text.strip_suffix("ms") {
+        return ms.parse().ok().map(Duration::from_millis);
+    }
+    text.strip_suffix('s')
+        .unwrap_or(text)
+        .parse()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+impl VSphereSettings {
+    /// Parses the settings; bad values fail with a terminal `InvalidSettings`. Keys
+    /// this backend does not know are ignored (the operator reads some itself).
+    pub fn parse(settings: &BTreeMap<String, String>) -> Result<Self, BackendError> {
+        let mut parsed = Self::default();
+        let mut bad = Vec::new();
+        let mut dur = |key: &str, max: u64, slot: &mut Duration, zero_ok: bool| {
+            if let Some(v) = settings.get(key) {
+                match duration(v)
+                    .filter(|d| (zero_ok || !d.is_zero()) && *d <= Duration::from_secs(max))
+                {
+                    Some(d) => *slot = d,
+                    None => bad.push(format!(
+                        "{key} {v:?} is not a duration up to {max}s (e.g. 500ms, 30s)"
+                    )),
+                }
+            }
+        };
+        dur("taskPollInterval", 300, &mut parsed.task_poll_interval, false);
+        dur("shutdownTimeout", 3600, &mut parsed.shutdown_timeout, true);
+        dur("failedCloneBackoff", 3600, &mut parsed.failed_clone_backoff, true);
+        if let Some(v) = settings.get("waitForAddress") {
+            match v.trim() {
+                "true" => parsed.wait_for_address = true,
+                "false" => parsed.wait_for_address = false,
+                _ => bad.push(format!("waitForAddress {v:?} is not true or false")),
+            }
+        }
+        parsed.datacenter = settings.get("datacenter").cloned().filter(|c| !c.is_empty());
+        if bad.is_empty() {
+            Ok(parsed)
+        } else {
+            Err(BackendError::terminal("InvalidSettings", bad.join("; ")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_rejects() {
+        let s = VSphereSettings::parse(&BTreeMap::from([
+            ("taskPollInterval".into(), "250ms".into()),
+            ("shutdownTimeout".into(), "30".into()),
+            ("waitForAddress".into(), "false".into()),
+            ("machineKind".into(), "ignored".into()),
+        ]))
+        .unwrap();
+        assert_eq!(s.task_poll_interval, Duration::from_millis(250));
+        assert_eq!(s.shutdown_timeout, Duration::from_secs(30));
+        assert!(!s.wait_for_address);
+        let e = VSphereSettings::parse(&BTreeMap::from([
+            ("taskPollInterval".into(), "soon".into()),
+            ("waitForAddress".into(), "maybe".into()),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.reason, "InvalidSettings");
+        assert!(e.message.contains("taskPollInterval") && e.message.contains("maybe"));
+    }
+}
