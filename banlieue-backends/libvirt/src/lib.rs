@@ -1,12 +1,70 @@
-//! banlieue's backend for libvirt hosts (QEMU/KVM domains).
+//! banlieue's backend for libvirt hosts (QEMU/KVM domains), through the C libvirt via
+//! the [`virt`] crate (see docs/adr/0006-libvirt-binding.md), behind banlieue-sdk's
+//! [`Backend`](banlieue_sdk::backend::Backend) trait.
 //!
-//! A hypervisor adapter behind banlieue-sdk's `Backend` trait: it receives plain
-//! request values and returns observations, and never talks to the Kubernetes API.
-//! The adapter itself lands with issue #4; this crate fixes its place in the workspace
-//! and its dependency rule (banlieue-sdk only).
+//! # Connection
+//!
+//! `Provider.spec.connection.endpoint` is a libvirt URI with the `qemu` driver:
+//! `qemu:///system` (a local daemon; `?socket=/path` picks its socket),
+//! `qemu+ssh://user@host/system` (the credentials Secret's `sshPrivateKey`, optional
+//! `knownHosts`) or `qemu+tls://host/system` (`tls.crt` and `tls.key`, with the
+//! Provider's CA bundle). Key material is written to a private temporary directory
+//! the URI points at (see [`uri`]), never logged. One connection per Provider, opened
+//! on first use and reopened when libvirt reports it dead.
+//!
+//! # Settings (`Provider.spec.settings`)
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `domainType` | `auto` | `kvm`, `qemu` (TCG), or `auto`: `kvm` when the host's capabilities offer it (and, for a local daemon, `/dev/kvm` is not PVM), else `qemu` |
+//! | `machine` | libvirt's | QEMU machine type (`pc`, `q35`) |
+//! | `shutdownTimeout` | `60s` | how long an ACPI shutdown may take before the domain is destroyed |
+//! | `pollInterval` | `2s` | how soon to look again while a domain boots or stops |
+//! | `failureDomain` | the host's hostname | the failure domain's name |
+//! | `bridges` | none | host bridges offered (comma list), published as resource `bridge` |
+//! | `waitForAddress` | `true` | a running domain on a libvirt network is not settled until it has an address |
+//!
+//! # Machines
+//!
+//! The domain's UUID is the infra object's UID and its `<metadata>` carries the UID,
+//! namespace and name ([`domain`]); its name is `<namespace>.<name>`. `ensure`:
+//!
+//! 1. finds the domain by UUID; if there is none, creates the volumes (idempotently,
+//!    by name): the OS disk `bnl-<uid>-os.qcow2`, a qcow2 overlay whose backing file is
+//!    the image volume; additional disks `bnl-<uid>-disk-<name>.qcow2`; the NoCloud
+//!    seed `bnl-<uid>-seed.img` ([`seed`]: a vfat volume labelled `cidata`, written in
+//!    Rust and uploaded over a libvirt stream), then defines the domain;
+//! 2. reconciles power: start, resume, ACPI shutdown (destroy after
+//!    `shutdownTimeout`), suspend; each returns `Pending` instead of waiting;
+//! 3. observes: power state, addresses from the DHCP leases of libvirt networks (else
+//!    the guest agent), and the machine's name as `Hostname`.
+//!
+//! `delete` destroys and undefines the domain (with NVRAM, snapshot and checkpoint
+//! metadata), then deletes every volume named `bnl-<uid>-*` in every active pool, so
+//! volumes a crashed create left behind go too. The image is never touched.
+//!
+//! **Errors** ([`error`]): authentication and access → terminal `Unauthorized`; bad
+//! XML/arguments → terminal `InvalidSpec`; missing pool, network, volume or image →
+//! terminal `*NotFound`; a domain name held by another UUID → terminal
+//! `DomainNameTaken`; connection loss → transient `Unreachable`; timeouts and busy
+//! resources → transient `Busy`; anything libvirt does not classify → transient.
 #![warn(missing_docs)]
 
+pub mod backend;
+pub mod client;
+pub mod domain;
+pub mod error;
+pub mod inventory;
+pub mod machine;
+pub mod seed;
+pub mod settings;
+pub mod uri;
+pub mod volumes;
+pub mod xml;
+
 use banlieue_sdk::api::common::ProviderClass;
+
+pub use backend::{LibvirtBackend, LibvirtFactory};
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::Libvirt;

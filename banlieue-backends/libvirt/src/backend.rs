@@ -1,0 +1,74 @@
+//! The [`Backend`] and [`BackendFactory`] for libvirt.
+
+use std::sync::Arc;
+
+use banlieue_sdk::async_trait;
+use banlieue_sdk::backend::{
+    Backend, BackendError, BackendFactory, Connection, Deletion, ImageLookup, ImageSourceSet,
+    Inventory, MachineIdentity, MachineObservation, MachineRequest,
+};
+
+use crate::client::{Client, blocking};
+use crate::{inventory, machine};
+
+/// One libvirt host (one connection), shared by every machine of its Provider.
+#[derive(Debug)]
+pub struct LibvirtBackend {
+    client: Arc<Client>,
+}
+
+impl LibvirtBackend {
+    /// A backend for the connection; connects on first use.
+    pub fn new(connection: &Connection) -> Result<Self, BackendError> {
+        Ok(Self {
+            client: Arc::new(Client::new(connection)?),
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for LibvirtBackend {
+    async fn check(&self) -> Result<Inventory, BackendError> {
+        blocking(&self.client, inventory::check).await
+    }
+
+    async fn find_image(&self, sources: &ImageSourceSet) -> Result<ImageLookup, BackendError> {
+        let sources = sources.clone();
+        blocking(&self.client, move |c| inventory::find_image(c, &sources)).await
+    }
+
+    async fn ensure(&self, request: &MachineRequest) -> Result<MachineObservation, BackendError> {
+        let request = request.clone();
+        blocking(&self.client, move |c| machine::ensure(c, &request)).await
+    }
+
+    async fn observe(
+        &self,
+        identity: &MachineIdentity,
+    ) -> Result<Option<MachineObservation>, BackendError> {
+        let identity = identity.clone();
+        blocking(&self.client, move |c| machine::observe(c, &identity)).await
+    }
+
+    async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
+        let identity = identity.clone();
+        blocking(&self.client, move |c| machine::delete(c, &identity)).await
+    }
+}
+
+/// Creates [`LibvirtBackend`]s for libvirt Providers.
+#[derive(Clone, Debug, Default)]
+pub struct LibvirtFactory;
+
+impl LibvirtFactory {
+    /// A factory.
+    pub fn new() -> Self {
+        Self
+    }
+}
+
+impl BackendFactory for LibvirtFactory {
+    fn connect(&self, connection: &Connection) -> Result<Arc<dyn Backend>, BackendError> {
+        Ok(Arc::new(LibvirtBackend::new(connection)?))
+    }
+}

@@ -1,0 +1,318 @@
+//! The domain XML for a machine, and what is read back from a defined domain.
+//!
+//! The domain's `<uuid>` is the infra object's UID and its `<metadata>` carries the UID,
+//! namespace and name under banlieue's XML namespace: libvirt refuses a second domain
+//! with the same UUID, so a restart between "defined" and "status written" finds the
+//! domain again instead of defining another.
+
+use banlieue_sdk::api::common::Firmware;
+use banlieue_sdk::api::infra::libvirt::{LibvirtCpuMode, LibvirtMachineSpec};
+use banlieue_sdk::backend::MachineIdentity;
+
+use crate::xml::escape;
+
+/// banlieue's XML namespace in `<metadata>`.
+pub const METADATA_NS: &str = "https://banlieue.io/xmlns/libvirt/v1";
+
+/// `kvm` (hardware virtualisation) or `qemu` (TCG).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DomainType {
+    /// Hardware-assisted.
+    Kvm,
+    /// Software emulation.
+    Qemu,
+}
+
+impl DomainType {
+    /// The `<domain type>` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Kvm => "kvm",
+            Self::Qemu => "qemu",
+        }
+    }
+}
+
+/// A volume in a storage pool.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct VolumeRef {
+    /// Pool name.
+    pub pool: String,
+    /// Volume name.
+    pub name: String,
+}
+
+/// Everything the domain XML is made from.
+#[derive(Clone, Debug)]
+pub struct DomainPlan<'a> {
+    /// The domain's name ([`domain_name`]).
+    pub name: String,
+    /// Which machine.
+    pub identity: &'a MachineIdentity,
+    /// Its spec.
+    pub spec: &'a LibvirtMachineSpec,
+    /// `kvm` or `qemu`.
+    pub domain_type: DomainType,
+    /// QEMU machine type, when the Provider sets one.
+    pub machine: Option<&'a str>,
+    /// The OS disk (a qcow2 overlay on the image).
+    pub os_disk: VolumeRef,
+    /// Additional disks, in spec order.
+    pub data_disks: Vec<VolumeRef>,
+    /// The NoCloud seed volume.
+    pub seed: VolumeRef,
+}
+
+/// The domain's name: `<namespace>.<name>`. Namespaces are DNS labels (no dots), so
+/// two machines never share one.
+pub fn domain_name(identity: &MachineIdentity) -> String {
+    format!("{}.{}", identity.namespace, identity.name)
+}
+
+/// Volume names carry the UID so `delete` finds them even without a domain.
+pub fn volume_prefix(uid: &str) -> String {
+    format!("bnl-{uid}-")
+}
+
+/// The OS disk's volume name.
+pub fn os_volume_name(uid: &str) -> String {
+    format!("{}os.qcow2", volume_prefix(uid))
+}
+
+/// The seed's volume name.
+pub fn seed_volume_name(uid: &str) -> String {
+    format!("{}seed.img", volume_prefix(uid))
+}
+
+/// An additional disk's volume name.
+pub fn data_volume_name(uid: &str, disk: &str) -> String {
+    format!("{}disk-{disk}.qcow2", volume_prefix(uid))
+}
+
+/// The MAC of interface `index` when the spec gives none: QEMU's `52:54:00` prefix
+/// and three bytes of a hash of the UID and index, so it is stable across redefines
+/// and the seed's network config can match on it.
+pub fn default_mac(uid: &str, index: usize) -> String {
+    // FNV-1a: small, stable across Rust versions (unlike std's hasher).
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in uid.bytes().chain((index as u32).to_le_bytes()) {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    let [a, b, c, _] = hash.to_be_bytes();
+    format!("52:54:00:{a:02x}:{b:02x}:{c:02x}")
+}
+
+/// The MACs of the spec's interfaces, given or derived.
+pub fn macs(uid: &str, spec: &LibvirtMachineSpec) -> Vec<String> {
+    spec.network
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            n.mac_address
+                .as_ref()
+                .map(|m| m.to_ascii_lowercase())
+                .unwrap_or_else(|| default_mac(uid, i))
+        })
+        .collect()
+}
+
+fn disk_target(index: usize) -> String {
+    // vda..vdz, then vdaa..: libvirt's own naming.
+    let mut n = index;
+    let mut name = Vec::new();
+    loop {
+        name.push(b'a' + (n % 26) as u8);
+        if n < 26 {
+            break;
+        }
+        n = n / 26 - 1;
+    }
+    name.reverse();
+    format!("vd{}", String::from_utf8_lossy(&name))
+}
+
+fn volume_disk(out: &mut String, volume: &VolumeRef, format: &str, target: &str, readonly: bool) {
+    out.push_str(&format!(
+        "    <disk type='volume' device='disk'>\n      <driver name='qemu' type='{format}'/>\n      <source pool='{}' volume='{}'/>\n      <target dev='{target}' bus='virtio'/>\n{}    </disk>\n",
+        escape(&volume.pool),
+        escape(&volume.name),
+        if readonly { "      <readonly/>\n" } else { "" },
+    ));
+}
+
+/// The domain XML.
+pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
+    let spec = plan.spec;
+    let id = plan.identity;
+    let mut out = String::new();
+    out.push_str(&format!("<domain type='{}'>\n", plan.domain_type.as_str()));
+    out.push_str(&format!("  <name>{}</name>\n", escape(&plan.name)));
+    out.push_str(&format!("  <uuid>{}</uuid>\n", escape(&id.uid)));
+    out.push_str(&format!(
+        "  <title>{}</title>\n  <description>banlieue LibvirtMachine {}/{} (uid {})</description>\n",
+        escape(&id.name),
+        escape(&id.namespace),
+        escape(&id.name),
+        escape(&id.uid)
+    ));
+    out.push_str(&format!(
+        "  <metadata>\n    <banlieue:machine xmlns:banlieue='{METADATA_NS}'>\n      <banlieue:uid>{}</banlieue:uid>\n      <banlieue:namespace>{}</banlieue:namespace>\n      <banlieue:name>{}</banlieue:name>\n    </banlieue:machine>\n  </metadata>\n",
+        escape(&id.uid),
+        escape(&id.namespace),
+        escape(&id.name)
+    ));
+    out.push_str(&format!(
+        "  <memory unit='MiB'>{}</memory>\n",
+        spec.memory_mib
+    ));
+    out.push_str(&format!("  <vcpu>{}</vcpu>\n", spec.cpus));
+    let secure = spec.firmware == Firmware::EfiSecure;
+    // Secure Boot needs SMM, which only q35 has.
+    let machine = plan.machine.or(secure.then_some("q35"));
+    let firmware = match spec.firmware {
+        Firmware::Bios => "",
+        Firmware::Efi | Firmware::EfiSecure => " firmware='efi'",
+    };
+    out.push_str(&format!("  <os{firmware}>\n"));
+    match machine {
+        Some(m) => out.push_str(&format!(
+            "    <type arch='x86_64' machine='{}'>hvm</type>\n",
+            escape(m)
+        )),
+        None => out.push_str("    <type arch='x86_64'>hvm</type>\n"),
+    }
+    if secure {
+        out.push_str("    <loader secure='yes'/>\n");
+    }
+    out.push_str("    <boot dev='hd'/>\n  </os>\n");
+    // ACPI is what makes a graceful shutdown (the power button) reach the guest.
+    out.push_str("  <features>\n    <acpi/>\n    <apic/>\n");
+    if secure {
+        out.push_str("    <smm state='on'/>\n");
+    }
+    out.push_str("  </features>\n");
+    // The CPU mode only means something with KVM; TCG emulates its default model.
+    if plan.domain_type == DomainType::Kvm {
+        match spec.cpu_mode {
+            LibvirtCpuMode::HostPassthrough => {
+                out.push_str("  <cpu mode='host-passthrough' check='none'/>\n")
+            }
+            LibvirtCpuMode::HostModel => out.push_str("  <cpu mode='host-model'/>\n"),
+            LibvirtCpuMode::Emulated => {}
+        }
+    }
+    out.push_str("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n");
+    out.push_str("  <devices>\n");
+    volume_disk(&mut out, &plan.os_disk, "qcow2", &disk_target(0), false);
+    for (i, disk) in plan.data_disks.iter().enumerate() {
+        volume_disk(&mut out, disk, "qcow2", &disk_target(i + 1), false);
+    }
+    volume_disk(
+        &mut out,
+        &plan.seed,
+        "raw",
+        &disk_target(plan.data_disks.len() + 1),
+        true,
+    );
+    for (nic, mac) in spec.network.iter().zip(macs(&id.uid, spec)) {
+        let source = match (&nic.network, &nic.bridge) {
+            (_, Some(bridge)) => format!(
+                "type='bridge'>\n      <source bridge='{}'/>",
+                escape(bridge)
+            ),
+            (network, None) => format!(
+                "type='network'>\n      <source network='{}'/>",
+                escape(network.as_deref().unwrap_or("default"))
+            ),
+        };
+        out.push_str(&format!(
+            "    <interface {source}\n      <mac address='{}'/>\n      <model type='virtio'/>\n    </interface>\n",
+            escape(&mac)
+        ));
+    }
+    // A pty serial console works on remote hosts too; virtlogd keeps its output.
+    out.push_str(&format!(
+        "    <serial type='pty'>\n      <target port='0'/>\n      <log file='/var/log/libvirt/qemu/{}-console.log' append='off'/>\n    </serial>\n    <console type='pty'>\n      <target type='serial' port='0'/>\n    </console>\n",
+        escape(&plan.name)
+    ));
+    out.push_str("    <channel type='unix'>\n      <target type='virtio' name='org.qemu.guest_agent.0'/>\n    </channel>\n");
+    out.push_str("    <rng model='virtio'>\n      <backend model='random'>/dev/urandom</backend>\n    </rng>\n");
+    out.push_str("  </devices>\n</domain>\n");
+    out
+}
+
+/// What banlieue reads back from a defined domain's XML.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DefinedDomain {
+    /// The UID in banlieue's metadata, if the domain has it.
+    pub uid: Option<String>,
+    /// Volumes its disks use (`type='volume'` disks).
+    pub volumes: Vec<VolumeRef>,
+    /// Interfaces: MAC and, for `type='network'`, the network.
+    pub interfaces: Vec<(String, Option<String>)>,
+}
+
+/// Parses a domain's XML (`virDomainGetXMLDesc`).
+pub fn parse_defined(xml: &str) -> Result<DefinedDomain, String> {
+    let doc = roxmltree::Document::parse(xml).map_err(|e| format!("domain XML: {e}"))?;
+    let root = doc.root_element();
+    let mut out = DefinedDomain::default();
+    for node in root.descendants() {
+        if node.has_tag_name((METADATA_NS, "uid")) {
+            out.uid = node.text().map(str::to_string);
+        }
+    }
+    if let Some(devices) = root.children().find(|n| n.has_tag_name("devices")) {
+        for dev in devices.children().filter(|n| n.is_element()) {
+            if dev.has_tag_name("disk")
+                && dev.attribute("type") == Some("volume")
+                && let Some(src) = dev.children().find(|n| n.has_tag_name("source"))
+                && let (Some(pool), Some(name)) = (src.attribute("pool"), src.attribute("volume"))
+            {
+                out.volumes.push(VolumeRef {
+                    pool: pool.into(),
+                    name: name.into(),
+                });
+            }
+            if dev.has_tag_name("interface") {
+                let mac = dev
+                    .children()
+                    .find(|n| n.has_tag_name("mac"))
+                    .and_then(|n| n.attribute("address"))
+                    .unwrap_or_default()
+                    .to_ascii_lowercase();
+                let network = (dev.attribute("type") == Some("network"))
+                    .then(|| {
+                        dev.children()
+                            .find(|n| n.has_tag_name("source"))
+                            .and_then(|n| n.attribute("network"))
+                            .map(str::to_string)
+                    })
+                    .flatten();
+                out.interfaces.push((mac, network));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_targets_follow_libvirt() {
+        assert_eq!(disk_target(0), "vda");
+        assert_eq!(disk_target(25), "vdz");
+        assert_eq!(disk_target(26), "vdaa");
+    }
+
+    #[test]
+    fn default_macs_are_stable_and_distinct() {
+        let a = default_mac("2d9a0c1e-0000-4000-8000-000000000001", 0);
+        assert_eq!(a, default_mac("2d9a0c1e-0000-4000-8000-000000000001", 0));
+        assert_ne!(a, default_mac("2d9a0c1e-0000-4000-8000-000000000001", 1));
+        assert!(a.starts_with("52:54:00:"));
+    }
+}

@@ -1,0 +1,120 @@
+//! What `check` reports: the libvirt host as one failure domain, its active storage
+//! pools and networks as the targets storage and network classes map to, and versions.
+//! Also image lookup.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use banlieue_sdk::backend::{
+    BackendError, FailureDomainInventory, ImageLookup, ImageSourceSet, Inventory,
+};
+use virt::connect::Connect;
+
+use crate::client::Client;
+use crate::domain::DomainType;
+use crate::error::classify;
+use crate::volumes;
+
+/// `major.minor.micro` from libvirt's packed version number.
+pub fn version_string(v: u32) -> String {
+    format!("{}.{}.{}", v / 1_000_000, (v / 1000) % 1000, v % 1000)
+}
+
+/// The failure domain's name: the `failureDomain` setting, else the host's hostname.
+pub fn failure_domain_name(client: &Client, conn: &Connect) -> Result<String, BackendError> {
+    match &client.settings.failure_domain {
+        Some(name) => Ok(name.clone()),
+        None => conn
+            .hostname()
+            .map_err(|e| classify("reading the host's name", &e)),
+    }
+}
+
+/// Connects and describes the host.
+pub fn check(client: &Client) -> Result<Inventory, BackendError> {
+    let conn = client.conn()?;
+    let hypervisor = conn
+        .hyp_version()
+        .map_err(|e| classify("reading the hypervisor version", &e))?;
+    let library = conn
+        .lib_version()
+        .map_err(|e| classify("reading libvirt's version", &e))?;
+    let hostname = conn
+        .hostname()
+        .map_err(|e| classify("reading the host's name", &e))?;
+    let name = failure_domain_name(client, &conn)?;
+    let pools = conn
+        .list_all_storage_pools(virt::sys::VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE)
+        .map_err(|e| classify("listing storage pools", &e))?
+        .iter()
+        .filter_map(|p| p.name().ok())
+        .collect::<BTreeSet<_>>();
+    let networks = conn
+        .list_all_networks(virt::sys::VIR_CONNECT_LIST_NETWORKS_ACTIVE)
+        .map_err(|e| classify("listing networks", &e))?
+        .iter()
+        .filter_map(|n| n.name().ok())
+        .collect::<BTreeSet<_>>();
+    let domain_type = client.domain_type(&conn)?;
+    let mut resources = BTreeMap::from([
+        ("pool".to_string(), pools),
+        ("network".to_string(), networks),
+    ]);
+    if !client.settings.bridges.is_empty() {
+        resources.insert("bridge".into(), client.settings.bridges.clone());
+    }
+    let mut features = BTreeSet::new();
+    if domain_type == DomainType::Kvm {
+        features.insert("kvm".to_string());
+    }
+    Ok(Inventory {
+        version: format!(
+            "QEMU {} (libvirt {}, domain type {})",
+            version_string(hypervisor),
+            version_string(library),
+            domain_type.as_str()
+        ),
+        failure_domains: vec![FailureDomainInventory {
+            name: name.clone(),
+            labels: BTreeMap::from([
+                ("topology.kubernetes.io/zone".to_string(), name),
+                ("banlieue.io/libvirt-host".to_string(), hostname.clone()),
+            ]),
+            location: BTreeMap::from([("host".to_string(), hostname)]),
+            resources,
+            features,
+        }],
+    })
+}
+
+/// Whether the image's volume (or path) exists on the host.
+pub fn find_image(client: &Client, sources: &ImageSourceSet) -> Result<ImageLookup, BackendError> {
+    let Some(source) = &sources.libvirt else {
+        return Ok(ImageLookup::Missing {
+            message: "the image has no sources.libvirt".into(),
+        });
+    };
+    let conn = client.conn()?;
+    Ok(match volumes::image(&conn, source)? {
+        Some(image) => ImageLookup::Available {
+            resolved: image.path,
+        },
+        None => ImageLookup::Missing {
+            message: match (&source.volume, &source.path) {
+                (Some(v), _) => format!("no volume {:?} in storage pool {:?}", v.name, v.pool),
+                (None, Some(p)) => {
+                    format!("{p:?} is not a volume of any storage pool on this host")
+                }
+                _ => "sources.libvirt names neither a volume nor a path".into(),
+            },
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn versions_unpack() {
+        assert_eq!(super::version_string(9_000_000), "9.0.0");
+        assert_eq!(super::version_string(7_002_022), "7.2.22");
+    }
+}

@@ -1,0 +1,182 @@
+//! `Provider.spec.settings` for the libvirt class.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use banlieue_sdk::backend::BackendError;
+
+/// Which `<domain type>` to define.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DomainTypeSetting {
+    /// `kvm` when the host offers usable hardware virtualisation, else `qemu`.
+    #[default]
+    Auto,
+    /// Always `kvm`.
+    Kvm,
+    /// Always `qemu` (TCG, software emulation).
+    Qemu,
+}
+
+/// Parsed settings (see the crate docs for the table).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LibvirtSettings {
+    /// `domainType`: `auto` (default), `kvm` or `qemu`.
+    pub domain_type: DomainTypeSetting,
+    /// `machine`: the QEMU machine type (`pc`, `q35`, ...); default: libvirt's.
+    pub machine: Option<String>,
+    /// `shutdownTimeout`: how long an ACPI shutdown may take before the domain is
+    /// destroyed (default 60s).
+    pub shutdown_timeout: Duration,
+    /// `pollInterval`: how soon to look again while a domain boots or stops (default 2s).
+    pub poll_interval: Duration,
+    /// `failureDomain`: the failure domain's name (default: the libvirt host's hostname).
+    pub failure_domain: Option<String>,
+    /// `bridges`: host bridges the Provider offers (comma list), published as
+    /// resource `bridge`: libvirt cannot list a remote host's bridges without netcf.
+    pub bridges: BTreeSet<String>,
+    /// `waitForAddress`: while a running domain on a libvirt network has no address,
+    /// report it as still booting (default true).
+    pub wait_for_address: bool,
+}
+
+impl Default for LibvirtSettings {
+    fn default() -> Self {
+        Self {
+            domain_type: DomainTypeSetting::Auto,
+            machine: None,
+            shutdown_timeout: Duration::from_secs(60),
+            poll_interval: Duration::from_secs(2),
+            failure_domain: None,
+            bridges: BTreeSet::new(),
+            wait_for_address: true,
+        }
+    }
+}
+
+fn duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if let Some(ms) = text.strip_suffix("ms") {
+        return ms.parse().ok().map(Duration::from_millis);
+    }
+    text.strip_suffix('s')
+        .unwrap_or(text)
+        .parse()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+impl LibvirtSettings {
+    /// Parses the settings; bad values fail with a terminal `InvalidSettings`. Keys
+    /// this backend does not know are ignored (the operator reads some itself).
+    pub fn parse(settings: &BTreeMap<String, String>) -> Result<Self, BackendError> {
+        let mut parsed = Self::default();
+        let mut bad = Vec::new();
+        if let Some(v) = settings.get("domainType") {
+            match v.as_str() {
+                "auto" => parsed.domain_type = DomainTypeSetting::Auto,
+                "kvm" => parsed.domain_type = DomainTypeSetting::Kvm,
+                "qemu" => parsed.domain_type = DomainTypeSetting::Qemu,
+                _ => bad.push(format!("domainType {v:?} is not one of auto, kvm, qemu")),
+            }
+        }
+        if let Some(v) = settings.get("machine") {
+            if v.is_empty()
+                || !v
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                bad.push(format!(
+                    "machine {v:?} is not a QEMU machine type such as pc or q35"
+                ));
+            } else {
+                parsed.machine = Some(v.clone());
+            }
+        }
+        for (key, target, max) in [
+            ("shutdownTimeout", &mut parsed.shutdown_timeout, 3600),
+            ("pollInterval", &mut parsed.poll_interval, 300),
+        ] {
+            if let Some(v) = settings.get(key) {
+                match duration(v).filter(|d| !d.is_zero() && *d <= Duration::from_secs(max)) {
+                    Some(d) => *target = d,
+                    None => bad.push(format!(
+                        "{key} {v:?} is not a duration from 1ms to {max}s (e.g. 500ms, 30s)"
+                    )),
+                }
+            }
+        }
+        if let Some(v) = settings.get("failureDomain") {
+            parsed.failure_domain = Some(v.clone()).filter(|v| !v.is_empty());
+        }
+        if let Some(v) = settings.get("bridges") {
+            parsed.bridges = v
+                .split(',')
+                .map(str::trim)
+                .filter(|b| !b.is_empty())
+                .map(String::from)
+                .collect();
+        }
+        if let Some(v) = settings.get("waitForAddress") {
+            match v.as_str() {
+                "true" => parsed.wait_for_address = true,
+                "false" => parsed.wait_for_address = false,
+                _ => bad.push(format!("waitForAddress {v:?} is not true or false")),
+            }
+        }
+        if bad.is_empty() {
+            Ok(parsed)
+        } else {
+            Err(BackendError::terminal("InvalidSettings", bad.join("; ")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        assert_eq!(
+            LibvirtSettings::parse(&settings(&[])).unwrap(),
+            LibvirtSettings::default()
+        );
+        let parsed = LibvirtSettings::parse(&settings(&[
+            ("domainType", "qemu"),
+            ("machine", "q35"),
+            ("shutdownTimeout", "5"),
+            ("pollInterval", "250ms"),
+            ("bridges", "br0, br1"),
+            ("waitForAddress", "false"),
+        ]))
+        .unwrap();
+        assert_eq!(parsed.domain_type, DomainTypeSetting::Qemu);
+        assert_eq!(parsed.machine.as_deref(), Some("q35"));
+        assert_eq!(parsed.shutdown_timeout, Duration::from_secs(5));
+        assert_eq!(parsed.poll_interval, Duration::from_millis(250));
+        assert_eq!(parsed.bridges.len(), 2);
+        assert!(!parsed.wait_for_address);
+    }
+
+    #[test]
+    fn bad_values_are_terminal_and_name_every_key() {
+        let err = LibvirtSettings::parse(&settings(&[
+            ("domainType", "xen"),
+            ("machine", "pc'/>"),
+            ("shutdownTimeout", "forever"),
+        ]))
+        .unwrap_err();
+        assert!(!err.is_transient());
+        assert_eq!(err.reason, "InvalidSettings");
+        for key in ["domainType", "machine", "shutdownTimeout"] {
+            assert!(err.message.contains(key), "{}", err.message);
+        }
+    }
+}
