@@ -3,6 +3,7 @@
 
 pub mod fakepve;
 pub mod operator;
+pub mod vcsim;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,186 @@
+//! vcsim (govmomi's vCenter simulator, run as a separate process) for the vSphere
+//! backend's tests: the project-owned `tests/testbin/vcsim/main.go`, built by
+//! `tests/testbin/vcsim/build.sh`, on 127.0.0.1 with TLS.
+//!
+//! The harness prints one JSON line when ready (endpoint, CA, credentials, template)
+//! and then takes one JSON command per line on stdin (faults, inspection).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// What the harness reports when it is ready.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ready {
+    /// `https://127.0.0.1:<port>`.
+    pub endpoint: String,
+    /// The CA (PEM) that signed the server's certificate.
+    pub ca_pem: String,
+    /// The user vcsim accepts.
+    pub username: String,
+    /// Its password.
+    pub password: String,
+    /// The seeded template's inventory path (it has a snapshot, for linked clones).
+    pub template: String,
+    /// The datacenter.
+    pub datacenter: String,
+    /// Its compute clusters.
+    pub clusters: Vec<String>,
+    /// `about.fullName`.
+    pub version: String,
+}
+
+/// A running vcsim; killed on drop.
+pub struct Vcsim {
+    /// Endpoint, CA, credentials and inventory names.
+    pub ready: Ready,
+    child: Child,
+    io: Mutex<(ChildStdin, BufReader<ChildStdout>)>,
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The vcsim binary: `$BANLIEUE_VCSIM`, else what `build.sh` prints (it builds on
+/// first use). `Err` when it cannot be had.
+pub fn binary() -> Result<PathBuf, String> {
+    if let Ok(path) = std::env::var("BANLIEUE_VCSIM") {
+        return Ok(PathBuf::from(path));
+    }
+    let script = repo_root().join("tests/testbin/vcsim/build.sh");
+    let out = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!("{} failed ({})", script.display(), out.status));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+impl Vcsim {
+    /// Starts vcsim, or `None` when it cannot be built outside CI (the test then skips
+    /// with a message). Under `CI=true` a missing vcsim panics: CI fails, never skips.
+    pub fn start() -> Option<Self> {
+        Self::start_args(&[])
+    }
+
+    /// Like [`Vcsim::start`], with extra flags (`-clusters N`, `-ip-prefix 10.78`).
+    pub fn start_args(args: &[&str]) -> Option<Self> {
+        let binary = match binary() {
+            Ok(b) => b,
+            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+                panic!("vcsim is required in CI: {e}")
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: vcsim unavailable: {e}");
+                return None;
+            }
+        };
+        Some(Self::start_with(&binary, args))
+    }
+
+    /// Starts the binary at `binary`.
+    pub fn start_with(binary: &Path, args: &[&str]) -> Self {
+        let mut command = Command::new(binary);
+        command
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::CommandExt;
+            command.process_group(0);
+        }
+        let mut child = command.spawn().expect("starting vcsim");
+        let stdin = child.stdin.take().expect("stdin");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout
+            .read_line(&mut line)
+            .expect("reading vcsim's ready line");
+        let ready: Ready = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("vcsim's ready line {line:?}: {e}"));
+        Self {
+            ready,
+            child,
+            io: Mutex::new((stdin, stdout)),
+        }
+    }
+
+    /// Sends one command and returns the answer; panics when the harness reports an error.
+    pub fn command(&self, command: Value) -> Value {
+        let mut io = self.io.lock().unwrap_or_else(|e| e.into_inner());
+        writeln!(io.0, "{command}").expect("writing to vcsim");
+        io.0.flush().expect("flush");
+        let mut line = String::new();
+        io.1.read_line(&mut line).expect("reading from vcsim");
+        let answer: Value = serde_json::from_str(&line).expect("vcsim's answer");
+        assert_eq!(
+            answer["ok"], true,
+            "vcsim command {command} failed: {answer}"
+        );
+        answer
+    }
+
+    /// Every VM (the template included): name, moref, biosUUID, power, template,
+    /// cpus, memoryMB, extraConfig, ip, pool.
+    pub fn vms(&self) -> Vec<Value> {
+        self.command(json!({"cmd": "vms"}))["vms"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The VM named `name`, if any.
+    pub fn vm(&self, name: &str) -> Option<Value> {
+        self.vms().into_iter().find(|v| v["name"] == name)
+    }
+
+    /// The vCenter sessions (the harness's own left out): `{key, userName}`.
+    pub fn sessions(&self) -> Vec<Value> {
+        self.command(json!({"cmd": "sessions"}))["sessions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Ends every session (as an expiry would); returns how many.
+    pub fn terminate_sessions(&self) -> u64 {
+        self.command(json!({"cmd": "terminate_sessions"}))["terminated"]
+            .as_u64()
+            .unwrap_or_default()
+    }
+
+    /// The next `times` calls of the VM task method `method` (e.g. `CloneVM_Task`)
+    /// start a task that fails with `message`.
+    pub fn fail_task(&self, method: &str, message: &str, times: u32) {
+        self.command(
+            json!({"cmd": "fail_task", "method": method, "message": message, "times": times}),
+        );
+    }
+
+    /// The next `times` calls of `method` get a SOAP fault (SystemError) with `message`.
+    pub fn fail(&self, method: &str, message: &str, times: u32) {
+        self.command(json!({"cmd": "fail", "method": method, "message": message, "times": times}));
+    }
+
+    /// Forgets injected faults.
+    pub fn clear_faults(&self) {
+        self.command(json!({"cmd": "clear_faults"}));
+    }
+}
+
+impl Drop for Vcsim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
