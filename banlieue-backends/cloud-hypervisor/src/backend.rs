@@ -133,11 +133,12 @@ impl ChBackend {
             }
             _ => {}
         }
-        let pid = supervisor::spawn(&self.settings.binary, &socket, &dir.log())?;
+        let spawned = supervisor::spawn(&self.settings.binary, &socket, &dir.log())?;
+        let pid = spawned.pid;
         let client = Self::client(dir);
         let started = Instant::now();
         loop {
-            if !supervisor::alive(pid, &socket) {
+            if spawned.exited() {
                 return Err(BackendError::terminal(
                     "VMMStartFailed",
                     format!(

@@ -62,6 +62,8 @@ pub fn failure_domain(name: &str, state_dir: &Path) -> FailureDomainInventory {
     let mut resources = BTreeMap::from([
         ("bridge".to_owned(), bridges()),
         ("storage".to_owned(), BTreeSet::from(["local".to_owned()])),
+        // An unbridged tap is always possible (routed or host-only setups).
+        ("network".to_owned(), BTreeSet::from(["tap".to_owned()])),
     ]);
     resources.retain(|_, v| !v.is_empty());
     FailureDomainInventory {

@@ -57,7 +57,8 @@
 //! (setting `hostName`, default the kernel's host name) with labels
 //! `topology.kubernetes.io/zone`, `kubernetes.io/hostname`, `banlieue.io/host-cpus`,
 //! `banlieue.io/host-memory-mib`, location `host`, and resources `bridge` (the host's
-//! Linux bridges) and `storage` = `local`.
+//! Linux bridges), `network` = `tap` (an unbridged tap is always possible) and
+//! `storage` = `local`. Network classes target `{bridge: br0}` or `{network: tap}`.
 //!
 //! # Settings
 //!

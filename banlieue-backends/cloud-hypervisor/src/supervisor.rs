@@ -8,6 +8,8 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use banlieue_sdk::backend::BackendError;
 
@@ -33,9 +35,25 @@ pub fn alive(pid: u32, socket: &Path) -> bool {
         .any(|arg| String::from_utf8_lossy(arg).contains(socket.as_ref()))
 }
 
-/// Starts `binary --api-socket path=<socket>` with output appended to `log`;
-/// returns its pid. A missing or unusable binary is terminal.
-pub fn spawn(binary: &Path, socket: &Path, log: &Path) -> Result<u32, BackendError> {
+/// A VMM just started.
+#[derive(Clone, Debug)]
+pub struct Spawned {
+    /// Its pid.
+    pub pid: u32,
+    exited: Arc<AtomicBool>,
+}
+
+impl Spawned {
+    /// True once the process has exited (known from its reaper, so there is no window
+    /// where a process in the middle of `exec` looks like a stranger).
+    pub fn exited(&self) -> bool {
+        self.exited.load(Ordering::SeqCst)
+    }
+}
+
+/// Starts `binary --api-socket path=<socket>` with output appended to `log`.
+/// A missing or unusable binary is terminal.
+pub fn spawn(binary: &Path, socket: &Path, log: &Path) -> Result<Spawned, BackendError> {
     let open = || {
         std::fs::OpenOptions::new()
             .create(true)
@@ -71,14 +89,17 @@ pub fn spawn(binary: &Path, socket: &Path, log: &Path) -> Result<u32, BackendErr
         )
     })?;
     let pid = child.id();
+    let exited = Arc::new(AtomicBool::new(false));
+    let flag = exited.clone();
     // Reap it whenever it exits, so a dead VMM never lingers as a zombie that looks alive.
     std::thread::Builder::new()
         .name(format!("vmm-{pid}"))
         .spawn(move || {
             let _ = child.wait();
+            flag.store(true, Ordering::SeqCst);
         })
         .map_err(|e| BackendError::transient("HostIOError", format!("reaper thread: {e}")))?;
-    Ok(pid)
+    Ok(Spawned { pid, exited })
 }
 
 /// Sends SIGTERM (or SIGKILL when `kill`) to `pid`. Errors (already gone) are ignored.
@@ -120,8 +141,11 @@ mod tests {
             .arg(&sh)
             .status()
             .unwrap();
-        let pid = spawn(&sh, &socket, &dir.path().join("log")).unwrap();
+        let spawned = spawn(&sh, &socket, &dir.path().join("log")).unwrap();
+        let pid = spawned.pid;
+        std::thread::sleep(std::time::Duration::from_millis(100));
         assert!(alive(pid, &socket));
+        assert!(!spawned.exited());
         assert!(
             !alive(pid, &dir.path().join("other.sock")),
             "another machine's socket"
@@ -133,6 +157,7 @@ mod tests {
             !alive(pid, &socket)
         });
         assert!(gone, "a killed VMM is reaped and reported dead");
+        assert!(spawned.exited());
         let e = spawn(
             Path::new("/nonexistent/ch"),
             &socket,

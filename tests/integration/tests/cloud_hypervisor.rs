@@ -1,0 +1,628 @@
+//! The Cloud Hypervisor backend end to end. The backend starts real processes: the
+//! spec-checked fake VMM (`fake-cloud-hypervisor`, every request and response
+//! validated against the official OpenAPI document and logged), or a real
+//! `cloud-hypervisor` when `BANLIEUE_CH_BINARY` is set (see the backend's README).
+//!
+//! The first tests drive the [`Backend`] directly; the others run banlieue's
+//! controllers against a real apiserver with a `cloud-hypervisor` Provider.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use banlieue_backend_cloud_hypervisor::{ChBackend, ChFactory};
+use banlieue_backend_sim::SimFactory;
+use banlieue_integration_tests::apply;
+use banlieue_integration_tests::cloud_hypervisor::{ChRig, Guest, kill};
+use banlieue_integration_tests::operator::{Operator, wait_for, wait_gone};
+use banlieue_sdk::api::common::{PowerState, ProviderClass};
+use banlieue_sdk::api::infra::cloud_hypervisor::{
+    CloudHypervisorMachine, CloudHypervisorMachineSpec,
+};
+use banlieue_sdk::api::{Provider, VirtualMachine};
+use banlieue_sdk::backend::{
+    Backend, BackendError, BackendRegistry, BootstrapData, Connection, Deletion, ImageLookup,
+    MachineIdentity, MachineObservation, MachineRequest, MachineSpec,
+};
+use banlieue_sdk::conditions;
+use banlieue_testenv::TestNamespace;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const FAKE: &str = env!("CARGO_BIN_EXE_fake-cloud-hypervisor");
+const WAIT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------------
+// The backend alone.
+
+fn backend(rig: &ChRig, extra: &[(&str, &str)]) -> Arc<ChBackend> {
+    let mut settings = rig.settings();
+    for (k, v) in extra {
+        settings.insert((*k).into(), (*v).into());
+    }
+    ChFactory::new()
+        .connect_ch(&Connection {
+            class: ProviderClass::CloudHypervisor,
+            endpoint: rig.endpoint(),
+            credentials: BTreeMap::new(),
+            ca_bundle: None,
+            insecure_skip_tls_verify: false,
+            settings,
+        })
+        .expect("connect")
+}
+
+fn request(rig: &ChRig, uid: &str, power: &str, image: Option<Value>) -> MachineRequest {
+    let spec: CloudHypervisorMachineSpec = serde_json::from_value(json!({
+        "image": image.unwrap_or_else(|| rig.image.clone()),
+        "cpus": 2, "memoryMiB": 512, "diskGiB": 1, "powerState": power,
+        "additionalDisks": [{"name": "data", "sizeGiB": 1}],
+        "network": [{"macAddress": "52:54:00:c0:ff:01"},
+                    {"ipam": {"mode": "static", "addresses": ["192.168.7.7/24"], "gateway": "192.168.7.1"}}]
+    }))
+    .expect("spec");
+    MachineRequest {
+        identity: MachineIdentity {
+            uid: uid.into(),
+            namespace: "ns".into(),
+            name: format!("vm-{uid}"),
+        },
+        spec: MachineSpec::CloudHypervisor(spec),
+        failure_domain: None,
+        bootstrap: Some(BootstrapData {
+            format: Default::default(),
+            user_data: "#cloud-config\nhostname: from-bootstrap\n".into(),
+            network_config: None,
+        }),
+    }
+}
+
+/// Calls `ensure` until the machine settles at `want` (following `Pending`).
+async fn settle(
+    backend: &ChBackend,
+    req: &MachineRequest,
+    want: PowerState,
+) -> Result<MachineObservation, BackendError> {
+    let started = Instant::now();
+    loop {
+        let obs = backend.ensure(req).await?;
+        if obs.settled_at(want) {
+            return Ok(obs);
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "never settled at {want:?}: {obs:?}"
+        );
+        let pause = obs
+            .pending
+            .as_ref()
+            .map_or(Duration::from_millis(100), |p| p.retry_after);
+        tokio::time::sleep(pause).await;
+    }
+}
+
+fn count(ops: &[String], op: &str) -> usize {
+    ops.iter().filter(|o| *o == op).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_runs_a_machine_through_its_life_within_the_openapi_document() {
+    let rig = ChRig::new(FAKE, Guest::Exit);
+    let backend = backend(&rig, &[]);
+    let started = Instant::now();
+    let inventory = backend.check().await.expect("check");
+    if rig.is_fake() {
+        assert_eq!(inventory.version, "Cloud Hypervisor v48.0.0-fake");
+    }
+    assert_eq!(inventory.failure_domains.len(), 1);
+    let host = &inventory.failure_domains[0];
+    assert_eq!(host.name, "ch-host-1");
+    assert_eq!(host.location["host"], "ch-host-1");
+    assert!(host.labels["banlieue.io/host-cpus"].parse::<u32>().unwrap() >= 1);
+    assert!(
+        host.labels["banlieue.io/host-memory-mib"]
+            .parse::<u64>()
+            .unwrap()
+            > 0
+    );
+    assert!(
+        rig.all_vmm_pids().is_empty(),
+        "the version probe VMM is gone"
+    );
+
+    let sources = serde_json::from_value(json!({"cloudHypervisor": rig.image})).unwrap();
+    assert!(matches!(
+        backend.find_image(&sources).await.unwrap(),
+        ImageLookup::Available { .. }
+    ));
+    let missing = serde_json::from_value(
+        json!({"cloudHypervisor": {"disk": "/nonexistent.raw", "kernel": "/nonexistent"}}),
+    )
+    .unwrap();
+    assert!(matches!(
+        backend.find_image(&missing).await.unwrap(),
+        ImageLookup::Missing { .. }
+    ));
+
+    // Create and boot.
+    let uid = "0c0ffee0-0000-4000-8000-000000000001";
+    rig.lease("52:54:00:c0:ff:01", "10.99.0.7", "vm-1");
+    let on = request(&rig, uid, "PoweredOn", None);
+    let obs = settle(&backend, &on, PowerState::PoweredOn)
+        .await
+        .expect("running");
+    println!("create → running in {:?}", started.elapsed());
+    assert_eq!(
+        obs.provider_id.as_deref(),
+        Some(&*format!("cloud-hypervisor://{uid}"))
+    );
+    assert_eq!(obs.failure_domain.as_deref(), Some("ch-host-1"));
+    let addresses: Vec<&str> = obs.addresses.iter().map(|a| a.address.as_str()).collect();
+    assert_eq!(
+        addresses,
+        ["10.99.0.7", "192.168.7.7", &*format!("vm-{uid}")]
+    );
+    let pids = rig.vmm_pids(uid);
+    assert_eq!(pids.len(), 1, "one VMM for the machine");
+    let state = rig.state(uid).expect("state.json");
+    assert_eq!(state["pid"], pids[0]);
+    let dir = rig.machine_dir(uid);
+    assert_eq!(
+        std::fs::metadata(dir.join("disk.raw")).unwrap().len(),
+        1 << 30,
+        "grown to diskGiB"
+    );
+    assert!(dir.join("data-0.raw").is_file());
+    let (label, seed) =
+        banlieue_backend_cloud_hypervisor::seed::read_image(&dir.join("seed.img")).unwrap();
+    assert_eq!(label, "CIDATA");
+    assert_eq!(
+        seed["user-data"],
+        b"#cloud-config\nhostname: from-bootstrap\n"
+    );
+    assert!(String::from_utf8_lossy(&seed["meta-data"]).contains(uid));
+
+    // Idempotent: no second VMM, no second vm.create.
+    let again = backend.ensure(&on).await.unwrap();
+    assert!(again.settled_at(PowerState::PoweredOn));
+    assert_eq!(rig.vmm_pids(uid), pids);
+    let observed = backend
+        .observe(&on.identity)
+        .await
+        .unwrap()
+        .expect("observed");
+    assert_eq!(observed.power_state, Some(PowerState::PoweredOn));
+
+    // Suspend and resume.
+    let paused = request(&rig, uid, "Suspended", None);
+    settle(&backend, &paused, PowerState::Suspended)
+        .await
+        .unwrap();
+    settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+
+    // Power off: the power button, the guest powers off, the VMM exits.
+    let off = request(&rig, uid, "PoweredOff", None);
+    let first = backend.ensure(&off).await.unwrap();
+    assert_eq!(
+        first.pending.as_ref().map(|p| p.operation.as_str()),
+        Some("PoweringOff")
+    );
+    settle(&backend, &off, PowerState::PoweredOff)
+        .await
+        .unwrap();
+    if rig.is_fake() {
+        assert!(rig.vmm_pids(uid).is_empty(), "the VMM exits with its guest");
+    }
+    // Power on again: a new VMM, the VM created and booted anew from the same disk.
+    settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    let new_pids = rig.vmm_pids(uid);
+    assert_eq!(new_pids.len(), 1);
+    assert_ne!(new_pids, pids);
+    assert_eq!(
+        rig.state(uid).unwrap()["restarts"],
+        0,
+        "a power cycle is not a crash"
+    );
+
+    // Delete: VM, VMM and directory gone; deleting again is fine.
+    assert_eq!(backend.delete(&on.identity).await.unwrap(), Deletion::Gone);
+    assert!(rig.vmm_pids(uid).is_empty());
+    assert!(!dir.exists());
+    assert_eq!(backend.delete(&on.identity).await.unwrap(), Deletion::Gone);
+    assert!(backend.observe(&on.identity).await.unwrap().is_none());
+
+    if rig.is_fake() {
+        let ops = rig.operations(uid);
+        for op in [
+            "vmm.ping",
+            "vm.create",
+            "vm.boot",
+            "vm.info",
+            "vm.pause",
+            "vm.resume",
+            "vm.power-button",
+            "vm.delete",
+            "vmm.shutdown",
+        ] {
+            assert!(ops.contains(&op.to_owned()), "{op} was never sent: {ops:?}");
+        }
+        assert_eq!(count(&ops, "vm.create"), 2, "one per VMM: {ops:?}");
+        assert_eq!(count(&ops, "vm.boot"), 2, "{ops:?}");
+        rig.assert_conformant();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_that_ignores_the_power_button_is_shut_down_and_can_boot_again() {
+    let rig = ChRig::new(FAKE, Guest::Ignore);
+    let backend = backend(&rig, &[("shutdownTimeout", "1s")]);
+    let uid = "0c0ffee0-0000-4000-8000-000000000002";
+    let on = request(&rig, uid, "PoweredOn", None);
+    settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    let pids = rig.vmm_pids(uid);
+    let off = request(&rig, uid, "PoweredOff", None);
+    let started = Instant::now();
+    settle(&backend, &off, PowerState::PoweredOff)
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "waited for the guest first"
+    );
+    assert_eq!(rig.vmm_pids(uid), pids, "the VMM stays, its VM shut down");
+    settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    assert_eq!(rig.vmm_pids(uid), pids, "booted again in the same VMM");
+    let ops = rig.operations(uid);
+    assert_eq!(count(&ops, "vm.shutdown"), 1, "{ops:?}");
+    assert_eq!(count(&ops, "vm.boot"), 2, "{ops:?}");
+    assert_eq!(backend.delete(&on.identity).await.unwrap(), Deletion::Gone);
+    assert!(rig.vmm_pids(uid).is_empty());
+    rig.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_classified() {
+    let rig = ChRig::new(FAKE, Guest::Exit);
+    // A kernel that is not there: CH cannot boot (500) → terminal BootFailed.
+    let backend_ = backend(&rig, &[]);
+    let mut image = rig.image.clone();
+    image["kernel"] = json!("/nonexistent/vmlinux");
+    let uid = "0c0ffee0-0000-4000-8000-000000000003";
+    let bad = request(&rig, uid, "PoweredOn", Some(image));
+    let e = backend_.ensure(&bad).await.unwrap_err();
+    assert_eq!(
+        (e.reason.as_str(), e.is_transient()),
+        ("BootFailed", false),
+        "{e}"
+    );
+    assert!(e.message.contains("/nonexistent/vmlinux"), "{e}");
+    assert_eq!(
+        backend_.delete(&bad.identity).await.unwrap(),
+        Deletion::Gone
+    );
+    // A missing image disk → terminal ImageNotFound, nothing left behind.
+    let mut image = rig.image.clone();
+    image["disk"] = json!("/nonexistent/disk.raw");
+    let e = backend_
+        .ensure(&request(&rig, uid, "PoweredOn", Some(image)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.reason.as_str(), e.is_transient()),
+        ("ImageNotFound", false)
+    );
+    assert!(!rig.machine_dir(uid).exists());
+    // No such binary → terminal BinaryNotFound, from check and ensure.
+    let missing = backend(&rig, &[("binary", "/nonexistent/cloud-hypervisor")]);
+    let e = missing.check().await.unwrap_err();
+    assert_eq!(
+        (e.reason.as_str(), e.is_transient()),
+        ("BinaryNotFound", false)
+    );
+    let e = missing
+        .ensure(&request(&rig, uid, "PoweredOn", None))
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason, "BinaryNotFound");
+    // A remote endpoint is not supported: terminal at connect.
+    let e = ChFactory::new()
+        .connect_ch(&Connection {
+            class: ProviderClass::CloudHypervisor,
+            endpoint: "https://host:8443".into(),
+            credentials: BTreeMap::new(),
+            ca_bundle: None,
+            insecure_skip_tls_verify: false,
+            settings: BTreeMap::new(),
+        })
+        .unwrap_err();
+    assert_eq!(e.reason, "UnsupportedEndpoint");
+    assert!(rig.all_vmm_pids().is_empty());
+    rig.assert_conformant();
+}
+
+// ---------------------------------------------------------------------------------
+// Through the operator.
+
+async fn world(prefix: &str, rig: &ChRig) -> (TestNamespace, Operator) {
+    let ns = banlieue_testenv::namespace(prefix).await;
+    let objects = [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "ch"},
+        "spec": {
+            "class": "cloud-hypervisor",
+            "connection": {"endpoint": rig.endpoint()},
+            "capabilities": {
+                "storageClasses": [{"name": "local", "target": {"storage": "local"}}],
+                "networkClasses": [{"name": "lan", "target": {"network": "tap"}}]
+            },
+            "settings": rig.settings()
+        }}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-small", ns.name)},
+               "spec": {"cpus": 1, "memoryMiB": 512, "disk": {"sizeGiB": 1, "storageClass": "local"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{}-debian", ns.name)},
+               "spec": {"os": {"family": "linux", "distribution": "debian", "version": "13"},
+                        "sources": {"cloudHypervisor": rig.image}}}),
+    ];
+    for object in &objects {
+        apply(&ns.client, &ns.name, object).await.expect("fixture");
+    }
+    let operator = start_operator(&ns);
+    (ns, operator)
+}
+
+fn start_operator(ns: &TestNamespace) -> Operator {
+    let mut registry = BackendRegistry::default();
+    registry.register(ProviderClass::CloudHypervisor, Arc::new(ChFactory::new()));
+    Operator::start_with_registry(
+        ns.client.clone(),
+        &ns.name,
+        registry,
+        Arc::new(SimFactory::new()),
+        Duration::from_secs(5),
+    )
+}
+
+fn vm(ns: &TestNamespace, name: &str, mac: &str) -> Value {
+    json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name},
+        "spec": {"classRef": {"name": format!("{}-small", ns.name)},
+                 "imageRef": {"name": format!("{}-debian", ns.name)},
+                 "networks": [{"name": "eth0", "networkClass": "lan", "macAddress": mac}]}
+    })
+}
+
+fn is_ready(vm: &VirtualMachine) -> bool {
+    vm.status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+}
+
+fn power(vm: &VirtualMachine) -> Option<PowerState> {
+    vm.status.as_ref().and_then(|s| s.power_state)
+}
+
+async fn set_power(vms: &Api<VirtualMachine>, name: &str, state: &str) {
+    vms.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"powerState": state}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// The UID of the CloudHypervisorMachine realising VM `name` (its directory's name).
+async fn machine_uid(ns: &TestNamespace, name: &str) -> String {
+    let machines: Api<CloudHypervisorMachine> = ns.api();
+    let machine = wait_for(&machines, name, WAIT, |m| m.metadata.uid.is_some()).await;
+    machine.metadata.uid.unwrap()
+}
+
+fn ready_reason(machine: &CloudHypervisorMachine) -> Option<(String, String, String)> {
+    let status = machine.status.as_ref()?;
+    let c = conditions::get(&status.conditions, "Ready")?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_machine_boots_powers_off_and_on_and_is_deleted() {
+    let rig = ChRig::new(FAKE, Guest::Exit);
+    let (ns, _operator) = world("ch-life", &rig).await;
+    let providers: Api<Provider> = ns.api();
+    let provider = wait_for(&providers, "ch", WAIT, |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+    })
+    .await;
+    let status = provider.status.unwrap();
+    if rig.is_fake() {
+        assert_eq!(
+            status.version.as_deref(),
+            Some("Cloud Hypervisor v48.0.0-fake")
+        );
+    }
+    assert_eq!(status.failure_domains.len(), 1);
+    let host = &status.failure_domains[0];
+    assert_eq!(host.name, "ch-host-1");
+    assert_eq!(host.storage_classes, ["local"]);
+    assert_eq!(host.network_classes, ["lan"]);
+
+    rig.lease("52:54:00:c0:ff:10", "10.99.0.10", "web-1");
+    let started = Instant::now();
+    apply(&ns.client, &ns.name, &vm(&ns, "web-1", "52:54:00:c0:ff:10"))
+        .await
+        .unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    let ready = wait_for(&vms, "web-1", WAIT, |v| {
+        is_ready(v)
+            && v.status
+                .as_ref()
+                .is_some_and(|s| s.addresses.iter().any(|a| a.address == "10.99.0.10"))
+    })
+    .await;
+    println!("VirtualMachine create → Ready in {:?}", started.elapsed());
+    let uid = machine_uid(&ns, "web-1").await;
+    assert_eq!(
+        ready.status.as_ref().and_then(|s| s.provider_id.as_deref()),
+        Some(&*format!("cloud-hypervisor://{uid}"))
+    );
+    assert_eq!(rig.vmm_pids(&uid).len(), 1, "one VMM started");
+    let config = &rig.state(&uid).unwrap()["config"];
+    assert_eq!(config["cpus"]["boot_vcpus"], 1);
+    assert_eq!(config["memory"]["size"], 512u64 << 20);
+    assert_eq!(config["net"][0]["mac"], "52:54:00:c0:ff:10");
+
+    set_power(&vms, "web-1", "PoweredOff").await;
+    wait_for(&vms, "web-1", WAIT, |v| {
+        power(v) == Some(PowerState::PoweredOff) && is_ready(v)
+    })
+    .await;
+    if rig.is_fake() {
+        assert!(
+            rig.vmm_pids(&uid).is_empty(),
+            "the VMM exited with its guest"
+        );
+    }
+    set_power(&vms, "web-1", "PoweredOn").await;
+    wait_for(&vms, "web-1", WAIT, |v| {
+        power(v) == Some(PowerState::PoweredOn) && is_ready(v)
+    })
+    .await;
+    assert_eq!(rig.vmm_pids(&uid).len(), 1);
+
+    vms.delete("web-1", &DeleteParams::default()).await.unwrap();
+    wait_gone(&vms, "web-1", WAIT).await;
+    let machines: Api<CloudHypervisorMachine> = ns.api();
+    wait_gone(&machines, "web-1", WAIT).await;
+    assert!(rig.vmm_pids(&uid).is_empty(), "the VMM is gone");
+    assert!(!rig.machine_dir(&uid).exists(), "the directory is removed");
+    if rig.is_fake() {
+        let ops = rig.operations(&uid);
+        for op in [
+            "vm.create",
+            "vm.boot",
+            "vm.info",
+            "vm.power-button",
+            "vm.delete",
+            "vmm.shutdown",
+        ] {
+            assert!(ops.contains(&op.to_owned()), "{op} never sent: {ops:?}");
+        }
+        rig.assert_conformant();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_operator_finds_its_vmms_again() {
+    let rig = ChRig::new(FAKE, Guest::Exit);
+    let (ns, operator) = world("ch-restart", &rig).await;
+    let vms: Api<VirtualMachine> = ns.api();
+    for (name, mac) in [("a-1", "52:54:00:c0:ff:21"), ("a-2", "52:54:00:c0:ff:22")] {
+        apply(&ns.client, &ns.name, &vm(&ns, name, mac))
+            .await
+            .unwrap();
+    }
+    let mut before = BTreeMap::new();
+    for name in ["a-1", "a-2"] {
+        wait_for(&vms, name, WAIT, is_ready).await;
+        let uid = machine_uid(&ns, name).await;
+        let pids = rig.vmm_pids(&uid);
+        assert_eq!(pids.len(), 1);
+        before.insert(uid, pids);
+    }
+    drop(operator);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // While no operator runs, the VMMs keep running.
+    for (uid, pids) in &before {
+        assert_eq!(&rig.vmm_pids(uid), pids);
+    }
+    let _operator = start_operator(&ns);
+    // Let the new operator reconcile everything (its first pass and a power flip).
+    set_power(&vms, "a-2", "Suspended").await;
+    wait_for(&vms, "a-2", WAIT, |v| {
+        power(v) == Some(PowerState::Suspended) && is_ready(v)
+    })
+    .await;
+    set_power(&vms, "a-2", "PoweredOn").await;
+    wait_for(&vms, "a-2", WAIT, |v| {
+        power(v) == Some(PowerState::PoweredOn) && is_ready(v)
+    })
+    .await;
+    wait_for(&vms, "a-1", WAIT, is_ready).await;
+    for (uid, pids) in &before {
+        assert_eq!(&rig.vmm_pids(uid), pids, "the same VMM, no second one");
+        let ops = rig.operations(uid);
+        assert_eq!(count(&ops, "vm.create"), 1, "{ops:?}");
+        assert_eq!(rig.state(uid).unwrap()["restarts"], 0);
+    }
+    assert_eq!(rig.all_vmm_pids().len(), 2, "no duplicates");
+    rig.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_vmm_is_reported_and_restarted_only_when_the_machine_should_run() {
+    // The guest powers off without the VMM exiting, so a VMM is there to kill while off.
+    let rig = ChRig::new(FAKE, Guest::Shutdown);
+    let (ns, _operator) = world("ch-kill", &rig).await;
+    let vms: Api<VirtualMachine> = ns.api();
+    let machines: Api<CloudHypervisorMachine> = ns.api();
+    apply(&ns.client, &ns.name, &vm(&ns, "k-1", "52:54:00:c0:ff:31"))
+        .await
+        .unwrap();
+    wait_for(&vms, "k-1", WAIT, is_ready).await;
+    let uid = machine_uid(&ns, "k-1").await;
+    let first = rig.vmm_pids(&uid);
+    assert_eq!(first.len(), 1);
+
+    // Killed while it should run: reported, then started again, the VM booted anew.
+    kill(first[0]);
+    let reported = wait_for(&machines, "k-1", WAIT, |m| {
+        ready_reason(m).is_some_and(|(s, r, _)| s == "False" && r == "VMMExited")
+    })
+    .await;
+    let (_, _, message) = ready_reason(&reported).unwrap();
+    assert!(message.contains(&format!("pid {}", first[0])), "{message}");
+    wait_for(&vms, "k-1", WAIT, |v| {
+        is_ready(v) && power(v) == Some(PowerState::PoweredOn)
+    })
+    .await;
+    let second = rig.vmm_pids(&uid);
+    assert_eq!(second.len(), 1);
+    assert_ne!(second, first);
+    assert_eq!(rig.state(&uid).unwrap()["restarts"], 1);
+
+    // Killed while it should be off: it stays off, nothing is started.
+    set_power(&vms, "k-1", "PoweredOff").await;
+    wait_for(&vms, "k-1", WAIT, |v| {
+        is_ready(v) && power(v) == Some(PowerState::PoweredOff)
+    })
+    .await;
+    assert_eq!(
+        rig.vmm_pids(&uid),
+        second,
+        "the VMM stays with its VM shut down"
+    );
+    kill(second[0]);
+    // Several reconciles (sync period 5s): the machine stays off, no VMM appears.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(rig.vmm_pids(&uid).is_empty(), "no restart while off");
+    let machine = machines.get("k-1").await.unwrap();
+    assert_eq!(
+        machine.status.as_ref().and_then(|s| s.power_state),
+        Some(PowerState::PoweredOff)
+    );
+    assert_eq!(ready_reason(&machine).map(|r| r.0).as_deref(), Some("True"));
+    assert_eq!(rig.state(&uid).unwrap()["restarts"], 1);
+
+    // And it powers on again on request.
+    set_power(&vms, "k-1", "PoweredOn").await;
+    wait_for(&vms, "k-1", WAIT, |v| {
+        is_ready(v) && power(v) == Some(PowerState::PoweredOn)
+    })
+    .await;
+    assert_eq!(rig.vmm_pids(&uid).len(), 1);
+    vms.delete("k-1", &DeleteParams::default()).await.unwrap();
+    wait_gone(&machines, "k-1", WAIT).await;
+    assert!(rig.all_vmm_pids().is_empty());
+    rig.assert_conformant();
+}
