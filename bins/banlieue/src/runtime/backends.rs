@@ -34,7 +34,7 @@ pub fn compiled() -> Vec<CompiledBackend> {
         #[cfg(feature = "cloud-hypervisor")]
         CompiledBackend {
             class: banlieue_backend_cloud_hypervisor::CLASS,
-            has_adapter: false,
+            has_adapter: true,
         },
         #[cfg(feature = "sim")]
         CompiledBackend {
@@ -53,6 +53,11 @@ pub fn registry() -> BackendRegistry {
     registry.register(
         banlieue_backend_proxmox::CLASS,
         std::sync::Arc::new(banlieue_backend_proxmox::ProxmoxFactory::new()),
+    );
+    #[cfg(feature = "cloud-hypervisor")]
+    registry.register(
+        banlieue_backend_cloud_hypervisor::CLASS,
+        std::sync::Arc::new(banlieue_backend_cloud_hypervisor::ChFactory::new()),
     );
     #[cfg(feature = "sim")]
     registry.register(
