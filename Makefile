@@ -37,6 +37,11 @@ e2e-proxmox: testbin ## Only the Proxmox VE end-to-end tests (real apiserver + f
 e2e-vsphere: testbin ## Only the vSphere end-to-end tests (real apiserver + vcsim); part of `make test`.
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test vsphere
 
+.PHONY: e2e-cloud-hypervisor
+e2e-cloud-hypervisor: testbin ## Only the Cloud Hypervisor tests (real apiserver + the OpenAPI-checked fake VMM; BANLIEUE_CH_BINARY=... for a real one); part of `make test`.
+	$(CARGO) test --locked -p fake-cloud-hypervisor -p banlieue-backend-cloud-hypervisor
+	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test cloud_hypervisor
+
 .PHONY: features-check
 features-check: ## A build with one backend feature links no other backend crate.
 	hack/check-feature-isolation.sh
