@@ -340,6 +340,57 @@ async fn failures_are_classified() {
     rig.assert_conformant();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_vmm_records_and_refuses_requests_outside_the_openapi_document() {
+    let rig = ChRig::new(FAKE, Guest::Exit);
+    if !rig.is_fake() {
+        return;
+    }
+    // Start one VMM as the backend would, then speak to it out of spec.
+    let backend = backend(&rig, &[]);
+    let uid = "0c0ffee0-0000-4000-8000-000000000004";
+    let on = request(&rig, uid, "PoweredOn", None);
+    settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    rig.assert_conformant();
+    let client = banlieue_backend_cloud_hypervisor::client::VmmClient::new(
+        rig.machine_dir(uid).join("api.sock"),
+        Duration::from_secs(5),
+    );
+    // A field the document does not know, and a wrong type.
+    let bad = json!({"payload": {"kernel": "/k"}, "cpus": {"boot_vcpus": "2", "max_vcpus": 2}, "colour": "red"});
+    let e = client.put("vm.resize", Some(&bad)).await.unwrap_err();
+    assert_eq!(e.status(), Some(400), "{e:?}");
+    let e = client.put("vm.create", Some(&bad)).await.unwrap_err();
+    assert_eq!(e.status(), Some(400), "{e:?}");
+    // An operation that does not exist.
+    let e = client.put("vm.teleport", None).await.unwrap_err();
+    assert_eq!(e.status(), Some(404), "{e:?}");
+    let violations: Vec<String> = rig
+        .exchanges()
+        .iter()
+        .flat_map(|x| x["violations"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    for needle in [
+        "request.colour: property not in the schema",
+        "request.payload: property not in the schema",
+        "request.cpus: property not in the schema",
+        "request.cpus.boot_vcpus: expected an integer",
+        "PUT /api/v1/vm.teleport: no such operation",
+    ] {
+        assert!(
+            violations.iter().any(|v| v.contains(needle)),
+            "{needle} not in {violations:#?}"
+        );
+    }
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rig.assert_conformant()));
+    assert!(
+        caught.is_err(),
+        "the rig fails a test whose backend left the document"
+    );
+    assert_eq!(backend.delete(&on.identity).await.unwrap(), Deletion::Gone);
+}
+
 // ---------------------------------------------------------------------------------
 // Through the operator.
 
