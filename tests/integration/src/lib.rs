@@ -1,6 +1,7 @@
 //! Helpers for banlieue's tests against a real kube-apiserver: loading manifests and
 //! applying arbitrary objects with server-side apply.
 
+pub mod capi;
 pub mod cloud_hypervisor;
 pub mod fakepve;
 pub mod operator;
