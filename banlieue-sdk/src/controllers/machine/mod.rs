@@ -245,7 +245,7 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         let message = match (&placement, machine.provider_ref()) {
             (Some(p), _) => format!("Provider {:?} not found", p.provider),
             (None, Some(r)) => format!("Provider {:?} not found", r.name),
-            (None, None) => "spec.providerRef is not set".to_owned(),
+            (None, None) => "spec.providerRef is not set (a Cluster API machine gets its Provider from its failure domain once a Machine owns it)".to_owned(),
         };
         write_status(
             machine,

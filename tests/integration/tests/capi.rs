@@ -1,0 +1,381 @@
+//! The Cluster API contract end to end: the real CAPI core manager (v1.14, built from
+//! its Go module, running under a ServiceAccount bound only to its own role and
+//! banlieue's aggregate role) and banlieue's controllers (sim backend, Providers
+//! serving `VSphereMachine`s) on the shared control plane.
+//!
+//! One Cluster spanning two Providers (think: two vCenters) goes through what CAPI
+//! does to an infrastructure provider: failure domains and `provisioned` flow up to the
+//! Cluster; a Machine placed by CAPI in a failure domain gets its VM there with the
+//! bootstrap data, and CAPI copies providerID, addresses and failure domain; a paused
+//! Cluster is left alone; a MachineDeployment's replicas spread over the failure
+//! domains; deleting Machine and Cluster deletes the infra objects and the VMs.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use banlieue_integration_tests::capi::Capi;
+use banlieue_integration_tests::operator::{Operator, wait_for, wait_gone};
+use banlieue_integration_tests::{apply, gvk_of};
+use banlieue_sdk::api::Provider;
+use banlieue_sdk::api::infra::vsphere::{VSphereCluster, VSphereMachine, VSphereMachineTemplate};
+use banlieue_sdk::conditions;
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(120);
+const CAPI: &str = "cluster.x-k8s.io/v1beta2";
+const INFRA: &str = "infrastructure.banlieue.io";
+
+fn sim_provider(ns: &str, name: &str, zones: &str) -> Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name},
+           "spec": {"class": "sim", "connection": {"endpoint": format!("sim://{ns}-{name}")},
+                    "settings": {"machineKind": "VSphereMachine", "failureDomains": zones, "latency": "200ms"}}})
+}
+
+fn vsphere_machine_spec() -> Value {
+    json!({"template": "ubuntu-2404", "numCPUs": 2, "memoryMiB": 4096, "diskGiB": 20})
+}
+
+fn capi_machine(name: &str, failure_domain: Option<&str>) -> Value {
+    capi_machine_with_secret(name, failure_domain, "c1-bootstrap")
+}
+
+fn capi_machine_with_secret(name: &str, failure_domain: Option<&str>, secret: &str) -> Value {
+    let mut spec = json!({"clusterName": "c1",
+        "bootstrap": {"dataSecretName": secret},
+        "infrastructureRef": {"apiGroup": INFRA, "kind": "VSphereMachine", "name": name}});
+    if let Some(fd) = failure_domain {
+        spec["failureDomain"] = json!(fd);
+    }
+    json!({"apiVersion": CAPI, "kind": "Machine", "metadata": {"name": name}, "spec": spec})
+}
+
+fn dynamic(client: &kube::Client, ns: &str, object: &Value) -> Api<DynamicObject> {
+    let gvk = gvk_of(object);
+    let plural = format!("{}s", gvk.kind.to_lowercase());
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, &plural),
+    )
+}
+
+fn names(list: &Value) -> BTreeSet<String> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|fd| fd["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_across_two_providers_through_the_real_capi_manager() {
+    let Some(capi) = Capi::start() else { return };
+    let ns = banlieue_testenv::namespace("capi-e2e").await;
+    let client = ns.client.clone();
+    let operator = Operator::start_with(client.clone(), &ns.name, Duration::from_secs(10));
+    let fail = |what: &str| format!("{what}\n--- CAPI manager log ---\n{}", capi.log_tail(40));
+
+    // Two Providers, three failure domains; a VSphereCluster spanning both.
+    for object in [
+        sim_provider(&ns.name, "vc1", "zone-a,zone-b"),
+        sim_provider(&ns.name, "vc2", "zone-c"),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "c1-bootstrap"},
+               "stringData": {"value": "#cloud-config\nhostname: from-capi\n", "format": "cloud-config"}}),
+        json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "VSphereCluster", "metadata": {"name": "c1"},
+               "spec": {"providerRefs": [{"name": "vc1"}, {"name": "vc2"}],
+                        "controlPlaneEndpoint": {"host": "192.0.2.10", "port": 6443}}}),
+        json!({"apiVersion": CAPI, "kind": "Cluster", "metadata": {"name": "c1"},
+               "spec": {"infrastructureRef": {"apiGroup": INFRA, "kind": "VSphereCluster", "name": "c1"}}}),
+    ] {
+        apply(&client, &ns.name, &object)
+            .await
+            .unwrap_or_else(|e| panic!("{}", fail(&format!("apply: {e}"))));
+    }
+    let all = set(&["vc1/zone-a", "vc1/zone-b", "vc2/zone-c"]);
+    let clusters: Api<VSphereCluster> = Api::namespaced(client.clone(), &ns.name);
+    let infra_cluster = wait_for(&clusters, "c1", WAIT, |c| {
+        c.status.as_ref().is_some_and(|s| {
+            s.failure_domains
+                .iter()
+                .map(|f| f.name.clone())
+                .collect::<BTreeSet<_>>()
+                == all
+                && s.initialization.as_ref().and_then(|i| i.provisioned) == Some(true)
+        })
+    })
+    .await;
+    assert!(conditions::is_true(
+        &infra_cluster.status.unwrap().conditions,
+        "Ready"
+    ));
+    let capi_clusters = dynamic(
+        &client,
+        &ns.name,
+        &json!({"apiVersion": CAPI, "kind": "Cluster"}),
+    );
+    let cluster = wait_for(&capi_clusters, "c1", WAIT, |c| {
+        c.data["status"]["initialization"]["infrastructureProvisioned"] == json!(true)
+            && names(&c.data["status"]["failureDomains"]) == all
+            && c.data["spec"]["controlPlaneEndpoint"]["host"] == json!("192.0.2.10")
+    })
+    .await;
+    assert_eq!(
+        cluster.data["status"]["failureDomains"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    // CAPI owns the InfraCluster; banlieue labelled the Providers for clusterctl move.
+    let infra_cluster = clusters.get("c1").await.unwrap();
+    assert!(
+        infra_cluster
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "Cluster" && o.name == "c1")
+    );
+    let providers: Api<Provider> = Api::namespaced(client.clone(), &ns.name);
+    for name in ["vc1", "vc2"] {
+        let p = providers.get(name).await.unwrap();
+        assert!(
+            p.labels().contains_key("clusterctl.cluster.x-k8s.io/move"),
+            "{name} not labelled for move"
+        );
+    }
+
+    // A Machine CAPI placed in vc2/zone-c.
+    let machines: Api<VSphereMachine> = Api::namespaced(client.clone(), &ns.name);
+    let capi_machines = dynamic(&client, &ns.name, &capi_machine("m1", None));
+    apply(
+        &client,
+        &ns.name,
+        &json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "VSphereMachine",
+        "metadata": {"name": "m1"}, "spec": vsphere_machine_spec()}),
+    )
+    .await
+    .unwrap();
+    apply(&client, &ns.name, &capi_machine("m1", Some("vc2/zone-c")))
+        .await
+        .unwrap();
+    let m1 = wait_for(&capi_machines, "m1", WAIT, |m| {
+        m.data["status"]["initialization"]["infrastructureProvisioned"] == json!(true)
+            && m.data["spec"]["providerID"].is_string()
+            && m.data["status"]["failureDomain"] == json!("vc2/zone-c")
+            && m.data["status"]["addresses"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+    })
+    .await;
+    let infra = machines.get("m1").await.unwrap();
+    assert_eq!(
+        m1.data["spec"]["providerID"].as_str(),
+        infra.spec.provider_id.as_deref()
+    );
+    assert!(
+        infra
+            .spec
+            .provider_id
+            .as_deref()
+            .unwrap()
+            .starts_with("vsphere://")
+    );
+    // CAPI made itself the controller owner and set the cluster label.
+    assert!(
+        infra
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "Machine" && o.name == "m1" && o.controller == Some(true))
+    );
+    assert_eq!(
+        infra
+            .labels()
+            .get("cluster.x-k8s.io/cluster-name")
+            .map(String::as_str),
+        Some("c1")
+    );
+    // The VM is on vc2, in zone-c, with the bootstrap data of the Machine's Secret.
+    let vc2 = format!("sim://{}-vc2", ns.name);
+    let uid = infra.uid().unwrap();
+    let vm = operator.sim.machine(&vc2, &uid).expect("the VM is on vc2");
+    assert_eq!(vm.failure_domain, "zone-c");
+    let bootstrap = operator
+        .sim
+        .bootstrap_data(&vc2, &uid)
+        .expect("bootstrap data delivered");
+    assert!(bootstrap.user_data.expose().contains("hostname: from-capi"));
+    assert!(
+        operator
+            .sim
+            .machines(&format!("sim://{}-vc1", ns.name))
+            .is_empty()
+    );
+
+    // A paused Cluster is left alone, and resumes when unpaused. m2 is adopted by CAPI
+    // while its bootstrap Secret is missing, then the Cluster is paused and the
+    // Secret appears: banlieue must not build it until the Cluster is unpaused.
+    let pause = |paused: bool| json!({"spec": {"paused": paused}});
+    apply(
+        &client,
+        &ns.name,
+        &json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "VSphereMachine",
+        "metadata": {"name": "m2"}, "spec": vsphere_machine_spec()}),
+    )
+    .await
+    .unwrap();
+    apply(
+        &client,
+        &ns.name,
+        &capi_machine_with_secret("m2", Some("vc1/zone-a"), "m2-bootstrap"),
+    )
+    .await
+    .unwrap();
+    wait_for(&machines, "m2", WAIT, |m| {
+        m.owner_references().iter().any(|o| o.kind == "Machine")
+            && m.status.as_ref().is_some_and(|s| {
+                conditions::get(&s.conditions, "Ready")
+                    .is_some_and(|c| c.reason == "BootstrapDataNotFound")
+            })
+    })
+    .await;
+    capi_clusters
+        .patch("c1", &PatchParams::default(), &Patch::Merge(pause(true)))
+        .await
+        .unwrap();
+    let m2 = wait_for(&machines, "m2", WAIT, |m| {
+        m.status
+            .as_ref()
+            .is_some_and(|s| conditions::is_true(&s.conditions, "Paused"))
+    })
+    .await;
+    apply(
+        &client,
+        &ns.name,
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "m2-bootstrap"},
+               "stringData": {"value": "#cloud-config\n", "format": "cloud-config"}}),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let m2_uid = m2.uid().unwrap();
+    assert!(
+        machines.get("m2").await.unwrap().spec.provider_id.is_none(),
+        "a paused machine was provisioned"
+    );
+    assert!(
+        operator
+            .sim
+            .machine(&format!("sim://{}-vc1", ns.name), &m2_uid)
+            .is_none()
+    );
+    capi_clusters
+        .patch("c1", &PatchParams::default(), &Patch::Merge(pause(false)))
+        .await
+        .unwrap();
+    wait_for(&machines, "m2", WAIT, |m| {
+        m.spec.provider_id.is_some()
+            && m.status
+                .as_ref()
+                .is_some_and(|s| !conditions::is_true(&s.conditions, "Paused"))
+    })
+    .await;
+
+    // Deleting the Machine deletes the infra machine and the VM.
+    capi_machines
+        .delete("m1", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&machines, "m1", WAIT).await;
+    assert!(
+        operator.sim.machine(&vc2, &uid).is_none(),
+        "the VM of m1 outlived its Machine"
+    );
+
+    // A MachineDeployment of three replicas spreads over the three failure domains.
+    apply(
+        &client,
+        &ns.name,
+        &json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "VSphereMachineTemplate",
+        "metadata": {"name": "workers"}, "spec": {"template": {"spec": vsphere_machine_spec()}}}),
+    )
+    .await
+    .unwrap();
+    let md_labels = json!({"cluster.x-k8s.io/deployment-name": "workers"});
+    apply(&client, &ns.name, &json!({"apiVersion": CAPI, "kind": "MachineDeployment",
+        "metadata": {"name": "workers",
+                     "annotations": {"machineset.cluster.x-k8s.io/skip-preflight-checks": "All"}},
+        "spec": {"clusterName": "c1", "replicas": 3,
+                 "selector": {"matchLabels": md_labels},
+                 "template": {"metadata": {"labels": md_labels},
+                              "spec": {"clusterName": "c1",
+                                       "bootstrap": {"dataSecretName": "c1-bootstrap"},
+                                       "infrastructureRef": {"apiGroup": INFRA, "kind": "VSphereMachineTemplate", "name": "workers"}}}}}))
+        .await
+        .unwrap_or_else(|e| panic!("{}", fail(&format!("MachineDeployment: {e}"))));
+    let started = std::time::Instant::now();
+    let landed = loop {
+        let list = machines
+            .list(&ListParams::default().labels("cluster.x-k8s.io/deployment-name=workers"))
+            .await
+            .unwrap();
+        let landed: Vec<String> = list
+            .items
+            .iter()
+            .filter(|m| m.spec.provider_id.is_some())
+            .filter_map(|m| m.status.as_ref()?.failure_domain.clone())
+            .collect();
+        if landed.len() == 3 {
+            break landed;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "{}",
+            fail(&format!(
+                "replicas placed so far: {landed:?} of {}",
+                list.items.len()
+            ))
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(
+        landed.into_iter().collect::<BTreeSet<_>>(),
+        all,
+        "replicas did not spread"
+    );
+    // The template publishes what the autoscaler needs to scale from zero.
+    let templates: Api<VSphereMachineTemplate> = Api::namespaced(client.clone(), &ns.name);
+    let template = wait_for(&templates, "workers", WAIT, |t| {
+        t.status.as_ref().is_some_and(|s| !s.capacity.is_empty())
+    })
+    .await;
+    let capacity = template.status.unwrap().capacity;
+    assert_eq!(
+        (capacity["cpu"].0.as_str(), capacity["memory"].0.as_str()),
+        ("2", "4096Mi")
+    );
+
+    // Deleting the Cluster deletes everything under it, VMs included.
+    capi_clusters
+        .delete("c1", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&capi_clusters, "c1", WAIT).await;
+    wait_gone(&clusters, "c1", WAIT).await;
+    let left = machines.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        left.is_empty(),
+        "infra machines left: {:?}",
+        left.iter().map(|m| m.name_any()).collect::<Vec<_>>()
+    );
+    for endpoint in [vc2.clone(), format!("sim://{}-vc1", ns.name)] {
+        assert!(
+            operator.sim.machines(&endpoint).is_empty(),
+            "VMs left on {endpoint}"
+        );
+    }
+}
