@@ -42,6 +42,10 @@ e2e-cloud-hypervisor: testbin ## Only the Cloud Hypervisor tests (real apiserver
 	$(CARGO) test --locked -p fake-cloud-hypervisor -p banlieue-backend-cloud-hypervisor
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test cloud_hypervisor
 
+.PHONY: e2e-capi
+e2e-capi: testbin ## Only the Cluster API contract tests (real apiserver + the real CAPI v1.14 manager and clusterctl); part of `make test`.
+	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test capi --test capi_rig $(if $(wildcard tests/integration/tests/clusterctl.rs),--test clusterctl)
+
 .PHONY: features-check
 features-check: ## A build with one backend feature links no other backend crate.
 	hack/check-feature-isolation.sh
