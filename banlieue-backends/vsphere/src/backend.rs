@@ -132,7 +132,10 @@ impl Vm {
             .unwrap_or_default()
             .into_iter()
             .collect();
-        let mut ips: Vec<String> = o.prop("guest.net").map(methods::guest_ips).unwrap_or_default();
+        let mut ips: Vec<String> = o
+            .prop("guest.net")
+            .map(methods::guest_ips)
+            .unwrap_or_default();
         if let Some(ip) = o.text("guest.ipAddress").filter(|ip| !ip.is_empty())
             && !ips.iter().any(|i| i == ip)
         {
@@ -347,12 +350,7 @@ impl VSphereBackend {
         }
     }
 
-    async fn start(
-        &self,
-        uid: &str,
-        kind: OpKind,
-        body: &str,
-    ) -> Result<MoRef, BackendError> {
+    async fn start(&self, uid: &str, kind: OpKind, body: &str) -> Result<MoRef, BackendError> {
         let task = self.client.start_task(body).await.map_err(vim)?;
         debug!(uid, task = %task, operation = kind.operation(), "vsphere: task started");
         lock(&self.ops).insert(
@@ -370,7 +368,13 @@ impl VSphereBackend {
         if template.starts_with('/') {
             return self.client.find_by_path(template).await.map_err(vim);
         }
-        let root = self.client.content().await.map_err(vim)?.root_folder.clone();
+        let root = self
+            .client
+            .content()
+            .await
+            .map_err(vim)?
+            .root_folder
+            .clone();
         let vms = self
             .client
             .retrieve_all(
@@ -426,7 +430,11 @@ impl VSphereBackend {
             .ok_or_else(|| {
                 BackendError::terminal(
                     "TemplateNotFound",
-                    format!("no template {:?} on {}", spec.template, self.client.endpoint()),
+                    format!(
+                        "no template {:?} on {}",
+                        spec.template,
+                        self.client.endpoint()
+                    ),
                 )
             })?;
         let topology = self.topology(false).await?;
@@ -525,7 +533,10 @@ impl VSphereBackend {
                 .ok_or_else(|| {
                     BackendError::terminal(
                         "LinkedCloneNeedsSnapshot",
-                        format!("template {:?} has no snapshot to link clones to", spec.template),
+                        format!(
+                            "template {:?} has no snapshot to link clones to",
+                            spec.template
+                        ),
                     )
                 })?;
             (Some(snap), Some("createNewChildDiskBacking".to_string()))
@@ -656,8 +667,9 @@ impl Backend for VSphereBackend {
         };
         let Some(template) = &source.template else {
             return Ok(ImageLookup::Missing {
-                message: "content-library items are not supported yet; use sources.vsphere.template"
-                    .into(),
+                message:
+                    "content-library items are not supported yet; use sources.vsphere.template"
+                        .into(),
             });
         };
         Ok(match self.resolve_template(template).await? {
@@ -811,7 +823,11 @@ impl Backend for VSphereBackend {
             return Ok(Deletion::InProgress { retry_after });
         }
         match self
-            .start(uid, OpKind::Destroy, &methods::vm_call("Destroy_Task", &vm.moref))
+            .start(
+                uid,
+                OpKind::Destroy,
+                &methods::vm_call("Destroy_Task", &vm.moref),
+            )
             .await
         {
             Ok(_) => {}

@@ -23,7 +23,11 @@ pub fn clone_keys(identity: &MachineIdentity, failure_domain: &str) -> Vec<(Stri
 
 /// cloud-init's metadata: instance ID (the UID, so a re-created VM re-runs
 /// cloud-init), hostname, and the network config when there is one.
-pub fn metadata(identity: &MachineIdentity, hostname: &str, bootstrap: Option<&BootstrapData>) -> String {
+pub fn metadata(
+    identity: &MachineIdentity,
+    hostname: &str,
+    bootstrap: Option<&BootstrapData>,
+) -> String {
     let mut meta = serde_json::json!({
         "instance-id": identity.uid,
         "local-hostname": hostname,
@@ -55,7 +59,10 @@ pub fn bootstrap_keys(
     ));
     match bootstrap {
         Some(b) if b.format == BootstrapFormat::Ignition => {
-            keys.extend(encoded("guestinfo.ignition.config.data", b.user_data.expose()));
+            keys.extend(encoded(
+                "guestinfo.ignition.config.data",
+                b.user_data.expose(),
+            ));
         }
         Some(b) => keys.extend(encoded("guestinfo.userdata", b.user_data.expose())),
         None => {}
@@ -90,7 +97,10 @@ mod tests {
             network_config: Some(SecretValue::new("version: 2\n")),
         };
         let keys = bootstrap_keys(&id(), "web-1", Some(&b));
-        assert_eq!(decode(&keys, "guestinfo.userdata"), "#cloud-config\nhostname: web-1\n");
+        assert_eq!(
+            decode(&keys, "guestinfo.userdata"),
+            "#cloud-config\nhostname: web-1\n"
+        );
         let meta: serde_json::Value =
             serde_json::from_str(&decode(&keys, "guestinfo.metadata")).unwrap();
         assert_eq!(meta["local-hostname"], "web-1");

@@ -67,9 +67,19 @@ impl VSphereSettings {
                 }
             }
         };
-        dur("taskPollInterval", 300, &mut parsed.task_poll_interval, false);
+        dur(
+            "taskPollInterval",
+            300,
+            &mut parsed.task_poll_interval,
+            false,
+        );
         dur("shutdownTimeout", 3600, &mut parsed.shutdown_timeout, true);
-        dur("failedCloneBackoff", 3600, &mut parsed.failed_clone_backoff, true);
+        dur(
+            "failedCloneBackoff",
+            3600,
+            &mut parsed.failed_clone_backoff,
+            true,
+        );
         if let Some(v) = settings.get("waitForAddress") {
             match v.trim() {
                 "true" => parsed.wait_for_address = true,
@@ -77,7 +87,10 @@ impl VSphereSettings {
                 _ => bad.push(format!("waitForAddress {v:?} is not true or false")),
             }
         }
-        parsed.datacenter = settings.get("datacenter").cloned().filter(|c| !c.is_empty());
+        parsed.datacenter = settings
+            .get("datacenter")
+            .cloned()
+            .filter(|c| !c.is_empty());
         if bad.is_empty() {
             Ok(parsed)
         } else {

@@ -172,3 +172,364 @@ async fn the_backend_clones_configures_powers_and_deletes_on_vcsim() {
     assert_eq!(sessions.len(), 1, "{sessions:?}");
     assert_eq!(backend.client().logins(), 1);
 }
+
+/// A Provider `name` on `sim` (password `password`) with storage class `fast`
+/// (LocalDS_0) and network class `lan` (VM Network).
+fn provider(sim: &Vcsim, name: &str, password: &str) -> [Value; 2] {
+    let secret = format!("{name}-credentials");
+    [
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
+               "stringData": {"username": sim.ready.username, "password": password}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name},
+        "spec": {
+            "class": "vsphere",
+            "connection": {"endpoint": format!("{}/sdk", sim.ready.endpoint),
+                           "credentialsRef": {"name": secret},
+                           "caBundle": {"inline": sim.ready.ca_pem}},
+            "capabilities": {
+                "storageClasses": [{"name": "fast", "target": {"datastore": "LocalDS_0"}}],
+                "networkClasses": [{"name": "lan", "target": {"portGroup": "VM Network"}}]
+            },
+            "settings": {"taskPollInterval": "100ms", "shutdownTimeout": "2s", "failedCloneBackoff": "3s"}
+        }}),
+    ]
+}
+
+/// A namespace with the given Providers (vcsim, password), a class, an image and the
+/// operator.
+async fn world(prefix: &str, providers: &[(&str, &Vcsim, &str)]) -> (TestNamespace, Operator) {
+    let ns = banlieue_testenv::namespace(prefix).await;
+    let template = &providers[0].1.ready.template;
+    let mut objects: Vec<Value> = providers
+        .iter()
+        .flat_map(|(name, sim, password)| provider(sim, name, password))
+        .collect();
+    objects.extend([
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-small", ns.name)},
+               "spec": {"cpus": 2, "memoryMiB": 1024, "disk": {"sizeGiB": 8, "storageClass": "fast"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{}-ubuntu", ns.name)},
+               "spec": {"os": {"family": "linux", "distribution": "ubuntu", "version": "24.04"},
+                        "sources": {"vsphere": {"template": template}}}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "user-data"},
+               "stringData": {"value": "#cloud-config\nruncmd: [echo banlieue]\n"}}),
+    ]);
+    for object in &objects {
+        apply(&ns.client, &ns.name, object).await.expect("fixture");
+    }
+    let mut registry = BackendRegistry::default();
+    registry.register(ProviderClass::Vsphere, Arc::new(VSphereFactory::new()));
+    let operator = Operator::start_with_registry(
+        ns.client.clone(),
+        &ns.name,
+        registry,
+        Arc::new(SimFactory::new()),
+        Duration::from_secs(5),
+    );
+    (ns, operator)
+}
+
+fn vm(ns: &TestNamespace, name: &str) -> Value {
+    json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+        "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {"classRef": {"name": format!("{}-small", ns.name)},
+                 "imageRef": {"name": format!("{}-ubuntu", ns.name)},
+                 "bootstrap": {"format": "cloud-config", "userData": {"name": "user-data"}},
+                 "networks": [{"name": "eth0", "networkClass": "lan"}]}
+    })
+}
+
+type Conditions = [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition];
+
+fn vm_conditions(vm: &VirtualMachine) -> &Conditions {
+    vm.status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default()
+}
+
+fn is_ready(vm: &VirtualMachine) -> bool {
+    conditions::get(vm_conditions(vm), "Ready").is_some_and(|c| c.status == "True")
+}
+
+fn has_address(vm: &VirtualMachine) -> bool {
+    vm.status
+        .as_ref()
+        .is_some_and(|s| s.addresses.iter().any(|a| a.address.starts_with("10.7")))
+}
+
+/// True when a condition of the VSphereMachine names `reason` (as its reason, or at
+/// the start of its message) and its message contains `text`.
+fn has_condition(machine: &VSphereMachine, reason: &str, text: &str) -> bool {
+    machine.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            (c.reason == reason || c.message.starts_with(&format!("{reason}: ")))
+                && c.message.contains(text)
+        })
+    })
+}
+
+async fn set_power(vms: &Api<VirtualMachine>, name: &str, state: &str) {
+    vms.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"powerState": state}})),
+    )
+    .await
+    .unwrap();
+}
+
+async fn ready_provider(providers: &Api<Provider>, name: &str) -> Provider {
+    wait_for(providers, name, WAIT, |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_machine_is_cloned_with_guestinfo_powered_on_addressed_and_deleted() {
+    let Some(sim) = Vcsim::start() else { return };
+    let (ns, _operator) = world("vs-life", &[("vc", &sim, &sim.ready.password)]).await;
+    let providers: Api<Provider> = ns.api();
+    let status = ready_provider(&providers, "vc").await.status.unwrap();
+    assert_eq!(status.version.as_deref(), Some(sim.ready.version.as_str()));
+    let names: Vec<&str> = status
+        .failure_domains
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(names, ["DC0/DC0_C0", "DC0/DC0_C1"]);
+    for fd in &status.failure_domains {
+        assert_eq!(fd.storage_classes, ["fast"], "{fd:?}");
+        assert_eq!(fd.network_classes, ["lan"], "{fd:?}");
+        assert_eq!(fd.labels["topology.kubernetes.io/region"], "DC0");
+    }
+
+    let started = Instant::now();
+    apply(&ns.client, &ns.name, &vm(&ns, "web-1"))
+        .await
+        .unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    let ready = wait_for(&vms, "web-1", WAIT, |v| is_ready(v) && has_address(v)).await;
+    eprintln!(
+        "VirtualMachine applied to Ready with an address: {:?}",
+        started.elapsed()
+    );
+    let status = ready.status.as_ref().unwrap();
+    let machine = sim.vm("web-1").expect("a clone in vcsim");
+    assert_eq!(
+        status.provider_id.as_deref(),
+        Some(format!("vsphere://{}", machine["biosUUID"].as_str().unwrap()).as_str())
+    );
+    assert!(
+        status
+            .addresses
+            .iter()
+            .any(|a| a.address == machine["ip"].as_str().unwrap()),
+        "{:?} vs {machine}",
+        status.addresses
+    );
+    assert_eq!(machine["power"], "poweredOn");
+    assert_eq!(
+        (machine["cpus"].as_i64(), machine["memoryMB"].as_i64()),
+        (Some(2), Some(1024))
+    );
+    let machines: Api<VSphereMachine> = ns.api();
+    let infra = machines.get("web-1").await.unwrap();
+    let uid = infra.metadata.uid.clone().unwrap();
+    assert_eq!(machine["extraConfig"]["banlieue.uid"], uid.as_str());
+    assert_eq!(
+        decoded(&machine, "guestinfo.userdata"),
+        "#cloud-config\nruncmd: [echo banlieue]\n"
+    );
+    assert_eq!(
+        machine["extraConfig"]["guestinfo.userdata.encoding"],
+        "base64"
+    );
+    let meta: Value = serde_json::from_str(&decoded(&machine, "guestinfo.metadata")).unwrap();
+    assert_eq!(meta["instance-id"], uid.as_str());
+    assert_eq!(meta["local-hostname"], "web-1");
+    let fd = status
+        .placement
+        .as_ref()
+        .unwrap()
+        .failure_domain
+        .clone()
+        .unwrap();
+    assert_eq!(
+        machine["extraConfig"]["banlieue.failureDomain"],
+        fd.as_str()
+    );
+    let clones = sim
+        .vms()
+        .into_iter()
+        .filter(|v| v["template"] != true)
+        .count();
+    assert_eq!(clones, 2, "the seeded VM and exactly one clone");
+
+    set_power(&vms, "web-1", "PoweredOff").await;
+    wait_for(&vms, "web-1", WAIT, |v| {
+        v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOff)
+    })
+    .await;
+    assert_eq!(sim.vm("web-1").unwrap()["power"], "poweredOff");
+    set_power(&vms, "web-1", "PoweredOn").await;
+    wait_for(&vms, "web-1", WAIT, |v| {
+        is_ready(v) && v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
+    })
+    .await;
+    assert_eq!(sim.vm("web-1").unwrap()["power"], "poweredOn");
+
+    vms.delete("web-1", &DeleteParams::default()).await.unwrap();
+    wait_gone(&vms, "web-1", WAIT).await;
+    assert!(sim.vm("web-1").is_none(), "{:?}", sim.vms());
+}
+
+/// Two vCenters as two Providers: failure domains from both, and VMs spread over
+/// both by the scheduler (anti-affinity on the Provider).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_vcenters_are_two_providers_and_vms_spread_across_them() {
+    let Some(a) = Vcsim::start() else { return };
+    let Some(b) = Vcsim::start_args(&["-ip-prefix", "10.78"]) else {
+        return;
+    };
+    let (ns, _operator) = world(
+        "vs-two",
+        &[
+            ("vc-a", &a, &a.ready.password),
+            ("vc-b", &b, &b.ready.password),
+        ],
+    )
+    .await;
+    let providers: Api<Provider> = ns.api();
+    for name in ["vc-a", "vc-b"] {
+        let p = ready_provider(&providers, name).await;
+        assert_eq!(p.status.unwrap().failure_domains.len(), 2);
+    }
+    let vms: Api<VirtualMachine> = ns.api();
+    let names = ["w1", "w2"];
+    for name in names {
+        let mut object = vm(&ns, name);
+        object["spec"]["placement"]["antiAffinity"] = json!([{
+            "labelSelector": {"matchLabels": {"app": "web"}},
+            "topologyKey": "banlieue.io/provider",
+            "mode": "Required"
+        }]);
+        apply(&ns.client, &ns.name, &object).await.unwrap();
+    }
+    let mut placed = BTreeSet::new();
+    for name in names {
+        let ready = wait_for(&vms, name, WAIT, |v| is_ready(v) && has_address(v)).await;
+        placed.insert(ready.status.unwrap().placement.unwrap().provider);
+    }
+    assert_eq!(
+        placed,
+        BTreeSet::from(["vc-a".to_string(), "vc-b".to_string()])
+    );
+    let on = |sim: &Vcsim| names.iter().filter(|n| sim.vm(n).is_some()).count();
+    assert_eq!((on(&a), on(&b)), (1, 1));
+    assert_eq!(
+        (a.sessions().len(), b.sessions().len()),
+        (1, 1),
+        "one session per vCenter"
+    );
+}
+
+/// Ten machines, each reconciled at least five times (clone, configure, power on,
+/// address, ready) and then powered off and on again: one vCenter session for all of
+/// it, and a session ended under the operator's feet is renewed transparently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_session_serves_every_reconcile_and_an_ended_session_is_renewed() {
+    let Some(sim) = Vcsim::start() else { return };
+    let (ns, _operator) = world("vs-sessions", &[("vc", &sim, &sim.ready.password)]).await;
+    let vms: Api<VirtualMachine> = ns.api();
+    let names: Vec<String> = (0..10).map(|i| format!("s-{i}")).collect();
+    for name in &names {
+        apply(&ns.client, &ns.name, &vm(&ns, name)).await.unwrap();
+    }
+    for name in &names {
+        wait_for(&vms, name, WAIT, |v| is_ready(v) && has_address(v)).await;
+    }
+    let sessions = sim.sessions();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    assert_eq!(sessions[0]["userName"], sim.ready.username.as_str());
+
+    assert_eq!(sim.terminate_sessions(), 1);
+    for name in &names {
+        set_power(&vms, name, "PoweredOff").await;
+    }
+    for name in &names {
+        wait_for(&vms, name, WAIT, |v| {
+            v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOff)
+        })
+        .await;
+        assert_eq!(sim.vm(name).unwrap()["power"], "poweredOff");
+    }
+    let renewed = sim.sessions();
+    assert_eq!(renewed.len(), 1, "{renewed:?}");
+    assert_ne!(renewed[0]["key"], sessions[0]["key"], "a new session");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_makes_the_provider_unreachable_with_a_clear_reason() {
+    let Some(sim) = Vcsim::start() else { return };
+    let (ns, _operator) = world("vs-badpw", &[("vc", &sim, "not-the-password")]).await;
+    let providers: Api<Provider> = ns.api();
+    let provider = wait_for(&providers, "vc", WAIT, |p| {
+        p.status.as_ref().is_some_and(|s| {
+            conditions::get(&s.conditions, "Reachable").is_some_and(|c| c.status == "False")
+        })
+    })
+    .await;
+    let status = provider.status.unwrap();
+    let reachable = conditions::get(&status.conditions, "Reachable").unwrap();
+    assert_eq!(reachable.reason, "Unauthorized");
+    assert!(
+        reachable.message.contains("rejected the credentials")
+            && reachable.message.contains("InvalidLogin"),
+        "{}",
+        reachable.message
+    );
+    assert!(!reachable.message.contains("not-the-password"));
+    assert!(sim.sessions().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_failures_and_soap_faults_become_conditions_with_vspheres_message() {
+    let Some(sim) = Vcsim::start() else { return };
+    let (ns, _operator) = world("vs-faults", &[("vc", &sim, &sim.ready.password)]).await;
+    sim.fail_task(
+        "CloneVM_Task",
+        "Insufficient disk space on datastore 'LocalDS_0'.",
+        1,
+    );
+    sim.fail("PowerOnVM_Task", "host DC0_C0_H0 is in maintenance mode", 2);
+    apply(&ns.client, &ns.name, &vm(&ns, "app-1"))
+        .await
+        .unwrap();
+    let machines: Api<VSphereMachine> = ns.api();
+    wait_for(&machines, "app-1", WAIT, |m| {
+        has_condition(
+            m,
+            "CloneFailed",
+            "Insufficient disk space on datastore 'LocalDS_0'.",
+        )
+    })
+    .await;
+    // Reported for failedCloneBackoff (3 s here), then cloned again; the power-on
+    // fault comes next and is retried.
+    wait_for(&machines, "app-1", WAIT, |m| {
+        has_condition(m, "VSphereFault", "maintenance mode")
+    })
+    .await;
+    let vms: Api<VirtualMachine> = ns.api();
+    let ready = wait_for(&vms, "app-1", WAIT, |v| is_ready(v) && has_address(v)).await;
+    assert!(ready.status.unwrap().provider_id.is_some());
+    assert_eq!(
+        sim.vms().iter().filter(|v| v["name"] == "app-1").count(),
+        1,
+        "one clone"
+    );
+}

@@ -18,7 +18,7 @@
 //	vms                              every VM: name, path, moref, biosUUID, power, template, cpus, memoryMB, extraConfig, ip
 //	sessions                         the vCenter sessions (the harness's own left out)
 //	terminate_sessions               end every session (as an expiry would)
-//	fail_task {method, message, times}   the next calls of a VM *_Task method start a task that fails
+//	fail_task {method, message, times}   the next calls of a *_Task method start a task that fails with message
 //	fail {method, message, times}    answer calls of a method with a SOAP fault (SystemError)
 //	clear_faults                     forget injected faults
 //
@@ -53,9 +53,7 @@ import (
 	"github.com/vmware/govmomi/find"
 	"github.com/vmware/govmomi/property"
 	"github.com/vmware/govmomi/simulator"
-	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/mo"
-	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 )
 
@@ -122,44 +120,51 @@ type harness struct {
 	mu     sync.Mutex
 	tasks  map[string]*taskFault
 	faults map[string]*taskFault
+	armed  []armed
 }
 
-// failingVM stands in for a VirtualMachine whose next task must fail: the simulator
-// dispatches by reflection on the method name, so these methods shadow the real ones.
-type failingVM struct {
-	*simulator.VirtualMachine
+// armed is a task failure waiting for the next task on an object.
+type armed struct {
+	entity  types.ManagedObjectReference
 	message string
 }
 
-func (v *failingVM) fail(ctx *simulator.Context, name string) types.ManagedObjectReference {
-	msg := v.message
-	task := simulator.CreateTask(v.VirtualMachine, name, func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
-		return nil, &types.SystemError{RuntimeFault: types.RuntimeFault{MethodFault: types.MethodFault{
-			FaultMessage: []types.LocalizableMessage{{Key: "banlieue.injected", Message: msg}},
-		}}, Reason: msg}
-	})
-	return task.Run(ctx)
+// Reference makes the harness a Registry handler (RegisterObject); the value is
+// only its key among the handlers.
+func (h *harness) Reference() types.ManagedObjectReference {
+	return types.ManagedObjectReference{Type: "BanlieueHarness", Value: "harness"}
 }
 
-func (v *failingVM) CloneVMTask(ctx *simulator.Context, _ *types.CloneVM_Task) soap.HasFault {
-	return &methods.CloneVM_TaskBody{Res: &types.CloneVM_TaskResponse{Returnval: v.fail(ctx, "cloneVm")}}
+// PutObject sees every new object; a task on an armed entity gets a runner that
+// fails with the armed message. Task.Run puts the task before it starts the runner,
+// in the caller's goroutine, so the swap always wins.
+func (h *harness) PutObject(_ *simulator.Context, obj mo.Reference) {
+	task, ok := obj.(*simulator.Task)
+	if !ok || task.Info.Entity == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, a := range h.armed {
+		if a.entity != *task.Info.Entity {
+			continue
+		}
+		h.armed = append(h.armed[:i], h.armed[i+1:]...)
+		msg := a.message
+		task.Execute = func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+			return nil, &types.SystemError{RuntimeFault: types.RuntimeFault{MethodFault: types.MethodFault{
+				FaultMessage: []types.LocalizableMessage{{Key: "banlieue.injected", Message: msg}},
+			}}, Reason: msg}
+		}
+		return
+	}
 }
 
-func (v *failingVM) ReconfigVMTask(ctx *simulator.Context, _ *types.ReconfigVM_Task) soap.HasFault {
-	return &methods.ReconfigVM_TaskBody{Res: &types.ReconfigVM_TaskResponse{Returnval: v.fail(ctx, "reconfigVm")}}
-}
+// UpdateObject is part of RegisterObject; nothing to do.
+func (h *harness) UpdateObject(*simulator.Context, mo.Reference, []types.PropertyChange) {}
 
-func (v *failingVM) PowerOnVMTask(ctx *simulator.Context, _ *types.PowerOnVM_Task) soap.HasFault {
-	return &methods.PowerOnVM_TaskBody{Res: &types.PowerOnVM_TaskResponse{Returnval: v.fail(ctx, "powerOn")}}
-}
-
-func (v *failingVM) PowerOffVMTask(ctx *simulator.Context, _ *types.PowerOffVM_Task) soap.HasFault {
-	return &methods.PowerOffVM_TaskBody{Res: &types.PowerOffVM_TaskResponse{Returnval: v.fail(ctx, "powerOff")}}
-}
-
-func (v *failingVM) DestroyTask(ctx *simulator.Context, _ *types.Destroy_Task) soap.HasFault {
-	return &methods.Destroy_TaskBody{Res: &types.Destroy_TaskResponse{Returnval: v.fail(ctx, "destroy")}}
-}
+// RemoveObject is part of RegisterObject; nothing to do.
+func (h *harness) RemoveObject(*simulator.Context, types.ManagedObjectReference) {}
 
 func take(m map[string]*taskFault, method string) (string, bool) {
 	f, ok := m[method]
@@ -173,24 +178,16 @@ func take(m map[string]*taskFault, method string) (string, bool) {
 	return f.message, true
 }
 
-func (h *harness) handle(ctx *simulator.Context, method *simulator.Method) (mo.Reference, types.BaseMethodFault) {
+func (h *harness) handle(_ *simulator.Context, method *simulator.Method) (mo.Reference, types.BaseMethodFault) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if msg, ok := take(h.faults, method.Name); ok {
 		return nil, &types.SystemError{Reason: msg}
 	}
-	if method.This.Type != "VirtualMachine" {
-		return nil, nil
+	if msg, ok := take(h.tasks, method.Name); ok {
+		h.armed = append(h.armed, armed{entity: method.This, message: msg})
 	}
-	if _, ok := h.tasks[method.Name]; !ok {
-		return nil, nil
-	}
-	vm, ok := ctx.Map.Get(method.This).(*simulator.VirtualMachine)
-	if !ok {
-		return nil, nil
-	}
-	msg, _ := take(h.tasks, method.Name)
-	return &failingVM{VirtualMachine: vm, message: msg}, nil
+	return nil, nil
 }
 
 func main() {
@@ -222,6 +219,7 @@ func main() {
 	model.Service.Listen = &url.URL{Host: "127.0.0.1:0", User: url.UserPassword(user, pass)}
 	h := &harness{tasks: map[string]*taskFault{}, faults: map[string]*taskFault{}}
 	model.Map().Handler = h.handle
+	model.Map().AddHandler(h)
 	server := model.Service.NewServer()
 	defer server.Close()
 
@@ -406,6 +404,7 @@ func command(ctx context.Context, c *govmomi.Client, h *harness, own, line strin
 		h.mu.Lock()
 		h.tasks = map[string]*taskFault{}
 		h.faults = map[string]*taskFault{}
+		h.armed = nil
 		h.mu.Unlock()
 		return map[string]any{}, nil
 	}

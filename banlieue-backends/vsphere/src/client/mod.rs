@@ -67,7 +67,7 @@ impl VimError {
             Self::Fault(f) => match f.kind.as_str() {
                 "InvalidLogin" => BackendError::terminal(
                     "Unauthorized",
-                    format!("vCenter rejected the credentials: {f}"),
+                    format!("vCenter rejected the credentials Secret's username and password: {f}"),
                 ),
                 "NoPermission" => BackendError::terminal("Forbidden", f.to_string()),
                 "NotAuthenticated" => BackendError::transient("SessionExpired", f.to_string()),
@@ -282,7 +282,11 @@ impl VimClient {
         let started = Instant::now();
         let response = request.send().await.map_err(transport)?;
         let result = read(response).await;
-        debug!(elapsed_ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "vsphere: call");
+        debug!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            ok = result.is_ok(),
+            "vsphere: call"
+        );
         result
     }
 
@@ -419,7 +423,12 @@ mod tests {
 
     #[test]
     fn endpoints_are_normalized() {
-        for e in ["https://vc", "https://vc/", "https://vc/sdk", " https://vc/sdk/ "] {
+        for e in [
+            "https://vc",
+            "https://vc/",
+            "https://vc/sdk",
+            " https://vc/sdk/ ",
+        ] {
             assert_eq!(normalize_endpoint(e).unwrap(), "https://vc");
         }
         assert_eq!(

@@ -16,7 +16,8 @@ pub fn envelope(body: &str) -> String {
 /// Opens a method element in the vim25 namespace with its `_this`.
 pub fn method(name: &str, this: &super::MoRef) -> Xml {
     let mut x = Xml::new();
-    x.open(&format!("{name} xmlns=\"urn:vim25\"")).moref("_this", this);
+    x.open(&format!("{name} xmlns=\"urn:vim25\""))
+        .moref("_this", this);
     x
 }
 
@@ -68,8 +69,7 @@ impl VimFault {
                 }
             }
             for field in DETAIL_FIELDS {
-                if let Some(text) = f.text_at(&[field]).map(str::trim).filter(|t| !t.is_empty())
-                {
+                if let Some(text) = f.text_at(&[field]).map(str::trim).filter(|t| !t.is_empty()) {
                     parts.push(format!("{field} {text}"));
                 }
             }
@@ -142,7 +142,10 @@ mod tests {
 
     #[test]
     fn fault_without_type_uses_the_element_name() {
-        let e = Element::parse("<NotAuthenticatedFault><privilegeId>System.View</privilegeId></NotAuthenticatedFault>").unwrap();
+        let e = Element::parse(
+            "<NotAuthenticatedFault><privilegeId>System.View</privilegeId></NotAuthenticatedFault>",
+        )
+        .unwrap();
         let f = VimFault::from_detail(Some(&e), "");
         assert_eq!(f.kind, "NotAuthenticated");
         assert_eq!(f.message, "privilegeId System.View");
