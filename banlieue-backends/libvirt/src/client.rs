@@ -37,6 +37,9 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// A client for the connection; no I/O yet.
     pub fn new(connection: &Connection) -> Result<Self, BackendError> {
+        // libvirt's default handler prints every error (including the "not found"
+        // answers lookups expect) to stderr; errors reach the operator as values.
+        virt::error::clear_error_callback();
         Ok(Self {
             endpoint: endpoint(connection)?,
             settings: LibvirtSettings::parse(&connection.settings)?,

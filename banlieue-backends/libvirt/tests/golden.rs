@@ -181,7 +181,9 @@ fn seed_files_and_image() {
         assert!(text.contains("LABEL=cidata"), "{text}");
         assert!(text.contains("TYPE=vfat"), "{text}");
     }
-    let _ = std::fs::remove_file(&dir);
+    if std::env::var_os("BNL_KEEP_SEED").is_none() {
+        let _ = std::fs::remove_file(&dir);
+    }
 }
 
 #[test]

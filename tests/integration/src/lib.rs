@@ -4,6 +4,7 @@
 pub mod capi;
 pub mod cloud_hypervisor;
 pub mod fakepve;
+pub mod libvirt;
 pub mod operator;
 pub mod vcsim;
 

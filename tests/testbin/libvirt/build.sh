@@ -67,8 +67,8 @@ for applet in $("$root/bin/busybox" --list); do
   [[ "$applet" == busybox ]] || ln -sf busybox "$root/bin/$applet"
 done
 for m in virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci \
-         failover net_failover virtio_net virtio_blk scsi_mod sd_mod libata ata_piix \
-         fat vfat isofs nls_cp437 nls_iso8859-1 nls_utf8 evdev button; do
+         failover net_failover virtio_net virtio_blk \
+         fat vfat nls_cp437 nls_ascii nls_utf8 evdev button; do
   ko=$(find "$work/kernel/lib/modules/$abi" -name "$m.ko" -o -name "$m.ko.xz" | head -1)
   [[ -n "$ko" ]] || continue   # built in
   case "$ko" in *.xz) xz -dc "$ko" >"$root/lib/modules/$m.ko" ;; *) cp "$ko" "$root/lib/modules/$m.ko" ;; esac

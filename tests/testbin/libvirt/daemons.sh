@@ -48,9 +48,9 @@ stop() {
   exit 0
 }
 trap stop TERM INT HUP
-/usr/sbin/virtlogd &
+/usr/sbin/virtlogd --pid-file "$state/virtlogd.pid" &
 children+=($!)
-/usr/sbin/libvirtd &
+/usr/sbin/libvirtd --pid-file "$state/libvirtd.pid" &
 children+=($!)
 wait -n || true
 stop

@@ -1,6 +1,6 @@
 #!/bin/sh
 # /init of banlieue's tiny test guest (busybox): loads the virtio drivers, reads the
-# NoCloud seed (a vfat or iso9660 volume labelled cidata), takes a DHCP lease on eth0
+# NoCloud seed (a vfat volume labelled cidata), takes a DHCP lease on eth0
 # (sending the seed's hostname) and powers off on an ACPI power-button press.
 # Everything it does is printed on the serial console, prefixed "banlieue-guest:".
 export PATH=/bin:/sbin
@@ -11,9 +11,9 @@ say() { echo "banlieue-guest: $*" >/dev/console; }
 say "init"
 # Order matters: a module's dependencies first (no modprobe/depmod here).
 for m in virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci \
-         failover net_failover virtio_net virtio_blk scsi_mod sd_mod libata ata_piix \
-         fat vfat isofs nls_cp437 nls_iso8859-1 nls_utf8 evdev button; do
-  [ -f /lib/modules/$m.ko ] && insmod /lib/modules/$m.ko 2>/dev/null
+         failover net_failover virtio_net virtio_blk \
+         fat vfat nls_cp437 nls_ascii nls_utf8 evdev button; do
+  [ -f /lib/modules/$m.ko ] && { insmod /lib/modules/$m.ko 2>/dev/null || say "insmod $m failed"; }
 done
 
 # ACPI power button -> poweroff (libvirt's shutdown). busybox acpid runs
@@ -28,7 +28,8 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
   [ -n "$seed" ] && break
   sleep 0.5
 done
-if [ -n "$seed" ] && mount -o ro "$seed" /mnt/seed 2>/dev/null; then
+say "block devices: $(ls /sys/block | tr '\n' ' ')"
+if [ -n "$seed" ] && mount -o ro "$seed" /mnt/seed 2>/tmp/mount.err; then
   say "seed on $seed"
   iid=$(sed -n 's/^instance-id: *//p' /mnt/seed/meta-data | tr -d "\"'")
   h=$(sed -n 's/^local-hostname: *//p' /mnt/seed/meta-data | tr -d "\"'")
@@ -40,7 +41,7 @@ if [ -n "$seed" ] && mount -o ro "$seed" /mnt/seed 2>/dev/null; then
     /tmp/user-data >/dev/console 2>&1 &
   fi
 else
-  say "no seed"
+  say "no seed${seed:+ (found $seed, mount failed: $(cat /tmp/mount.err))}"
 fi
 hostname "$hostname"
 
