@@ -12,20 +12,21 @@ help: ## List targets.
 
 .PHONY: demo
 demo: ## Run banlieue end to end on a local control plane with the simulated backend (DEMO_ONESHOT=1: exit once all VMs are Ready).
-	@assets=$$($(TESTBIN_BUILD)); \
+	@hack/build-deps.sh; assets=$$($(TESTBIN_BUILD)); \
 	$(CARGO) build --locked -p banlieue -p banlieue-demo; \
 	bin=$${CARGO_TARGET_DIR:-target}/debug; \
 	KUBEBUILDER_ASSETS="$$assets" exec "$$bin/banlieue-demo" --operator "$$bin/banlieue"
 
 .PHONY: bench
 bench: ## Scale benchmark (release operator, sim backend): N=100,1000,10000, or `make bench N=1000`; BENCH_ARGS for more flags. Report in docs/benchmarks/.
-	@assets=$$($(TESTBIN_BUILD)); \
+	@hack/build-deps.sh; assets=$$($(TESTBIN_BUILD)); \
 	$(CARGO) build --locked --release -p banlieue -p banlieue-bench; \
 	bin=$${CARGO_TARGET_DIR:-target}/release; sizes='$(N)'; \
 	KUBEBUILDER_ASSETS="$$assets" "$$bin/banlieue-bench" --operator "$$bin/banlieue" --sizes "$${sizes:-100,1000,10000}" $(BENCH_ARGS)
 
 .PHONY: test
 test: testbin lint crds-check features-check ## The whole test suite (what CI runs).
+	hack/build-deps.sh
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --workspace --all-features --locked
 	DEMO_ONESHOT=1 $(MAKE) --no-print-directory demo
 
@@ -46,12 +47,17 @@ e2e-cloud-hypervisor: testbin ## Only the Cloud Hypervisor tests (real apiserver
 e2e-capi: testbin ## Only the Cluster API contract tests (real apiserver + the real CAPI v1.14 manager and clusterctl); part of `make test`.
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test capi --test capi_rig $(if $(wildcard tests/integration/tests/clusterctl.rs),--test clusterctl)
 
+.PHONY: e2e-libvirt
+e2e-libvirt: testbin ## Only the libvirt end-to-end tests (real apiserver + real libvirtd/QEMU in a network namespace); part of `make test`.
+	$(CARGO) test --locked -p banlieue-backend-libvirt
+	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test libvirt
+
 .PHONY: features-check
 features-check: ## A build with one backend feature links no other backend crate.
 	hack/check-feature-isolation.sh
 
 .PHONY: testbin
-testbin: fakepve vcsim capi ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
+testbin: fakepve vcsim capi libvirt ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
 	@$(TESTBIN_BUILD)
 
 .PHONY: vcsim
@@ -62,23 +68,29 @@ vcsim: ## Build vcsim (govmomi's vCenter simulator, project-owned main) into a v
 capi: ## Build Cluster API's core manager and clusterctl (tests/testbin/capi) into a versioned cache dir.
 	@tests/testbin/capi/build.sh >/dev/null
 
+.PHONY: libvirt
+libvirt: ## Install libvirt, QEMU and dnsmasq (Debian, one suite) and build the tiny test guest into a versioned cache dir.
+	@tests/testbin/libvirt/build.sh >/dev/null
+
 .PHONY: fakepve
 fakepve: ## Create the Python venv with fakepve (the Proxmox VE simulator) in a versioned cache dir.
 	@tests/testbin/fakepve/build.sh >/dev/null
 
 .PHONY: lint
 lint: ## rustfmt, clippy (warnings are errors) and rustdoc (missing docs are errors).
+	hack/build-deps.sh
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --locked
 
 .PHONY: crds
 crds: ## Regenerate deploy/crds/ (one file per CRD).
+	hack/build-deps.sh
 	$(CARGO) run --quiet --locked -p banlieue -- crds --out-dir deploy/crds
 
 .PHONY: crds-check
 crds-check: ## Fail when deploy/crds/ differs from what the code generates.
-	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	@hack/build-deps.sh; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	$(CARGO) run --quiet --locked -p banlieue -- crds --out-dir "$$tmp" 2>/dev/null; \
 	if ! diff -ru deploy/crds "$$tmp"; then \
 	  echo "deploy/crds is stale: run 'make crds' and commit the result" >&2; exit 1; \
