@@ -29,7 +29,7 @@ pub fn compiled() -> Vec<CompiledBackend> {
         #[cfg(feature = "libvirt")]
         CompiledBackend {
             class: banlieue_backend_libvirt::CLASS,
-            has_adapter: false,
+            has_adapter: true,
         },
         #[cfg(feature = "cloud-hypervisor")]
         CompiledBackend {
@@ -53,6 +53,11 @@ pub fn registry() -> BackendRegistry {
     registry.register(
         banlieue_backend_proxmox::CLASS,
         std::sync::Arc::new(banlieue_backend_proxmox::ProxmoxFactory::new()),
+    );
+    #[cfg(feature = "libvirt")]
+    registry.register(
+        banlieue_backend_libvirt::CLASS,
+        std::sync::Arc::new(banlieue_backend_libvirt::LibvirtFactory::new()),
     );
     #[cfg(feature = "cloud-hypervisor")]
     registry.register(
