@@ -19,7 +19,7 @@ pub fn compiled() -> Vec<CompiledBackend> {
         #[cfg(feature = "vsphere")]
         CompiledBackend {
             class: banlieue_backend_vsphere::CLASS,
-            has_adapter: false,
+            has_adapter: true,
         },
         #[cfg(feature = "proxmox")]
         CompiledBackend {
@@ -49,6 +49,11 @@ pub fn compiled() -> Vec<CompiledBackend> {
 pub fn registry() -> BackendRegistry {
     #[allow(unused_mut)]
     let mut registry = BackendRegistry::default();
+    #[cfg(feature = "vsphere")]
+    registry.register(
+        banlieue_backend_vsphere::CLASS,
+        std::sync::Arc::new(banlieue_backend_vsphere::VSphereFactory::new()),
+    );
     #[cfg(feature = "proxmox")]
     registry.register(
         banlieue_backend_proxmox::CLASS,
