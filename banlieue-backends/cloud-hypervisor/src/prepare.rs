@@ -36,6 +36,12 @@ pub async fn prepare(
     tokio::fs::create_dir_all(&partial)
         .await
         .map_err(|e| io("creating", &partial, e))?;
+    // The seed holds bootstrap data (join tokens, keys): owner only.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io("restricting", &partial, e))?;
+    }
     let source = Path::new(&spec.image.disk);
     if !source.is_file() {
         let _ = tokio::fs::remove_dir_all(&partial).await;

@@ -172,6 +172,11 @@ async fn the_backend_runs_a_machine_through_its_life_within_the_openapi_document
         "grown to diskGiB"
     );
     assert!(dir.join("data-0.raw").is_file());
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "bootstrap data is for the owner only");
+    }
     let (label, seed) =
         banlieue_backend_cloud_hypervisor::seed::read_image(&dir.join("seed.img")).unwrap();
     assert_eq!(label, "CIDATA");
