@@ -1,6 +1,7 @@
 //! `banlieue`: the operator and its CLI.
 
 mod cli;
+mod install;
 mod runtime;
 
 use clap::Parser;
@@ -15,6 +16,7 @@ fn main() -> anyhow::Result<()> {
     match args.command {
         cli::Command::Run(cmd) => cmd.run(),
         cli::Command::Crds(cmd) => cmd.run(),
+        cli::Command::Bootstrap(cmd) => cmd.run(),
         cli::Command::Completion(cmd) => {
             cmd.run();
             Ok(())

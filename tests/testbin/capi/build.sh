@@ -10,6 +10,8 @@
 #   <dir>/webhook/manifests.yaml   core/config/webhook/manifests.yaml
 #   <dir>/rbac/*.yaml        core/config/rbac (manager-role, aggregated-manager-role, ...)
 #   <dir>/metadata.yaml      CAPI's clusterctl metadata (release series -> contract)
+#   <dir>/crds-kubeadm/*.yaml the kubeadm bootstrap and control-plane CRDs (to validate
+#                            cluster templates that use them; their managers are not built)
 set -euo pipefail
 cd "$(dirname "$0")"
 source ./versions.env
@@ -19,7 +21,7 @@ go_version=$(go env GOVERSION)
 cache_root=${BANLIEUE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/banlieue}
 dir="$cache_root/capi/capi-${CAPI_VERSION}_${go_version}"
 
-if [[ -x "$dir/manager" && -x "$dir/clusterctl" && -f "$dir/.complete" ]]; then
+if [[ -x "$dir/manager" && -x "$dir/clusterctl" && -d "$dir/crds-kubeadm" && -f "$dir/.complete" ]]; then
   echo "$dir"
   exit 0
 fi
@@ -44,8 +46,10 @@ go build -ldflags "$ldflags" -o "$dir.tmp/manager" sigs.k8s.io/cluster-api/core
 echo "capi: building clusterctl ${CAPI_VERSION} (first run only)" >&2
 go build -ldflags "$ldflags" -o "$dir.tmp/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
 
-mkdir -p "$dir.tmp/crds" "$dir.tmp/webhook" "$dir.tmp/rbac"
+mkdir -p "$dir.tmp/crds" "$dir.tmp/crds-kubeadm" "$dir.tmp/webhook" "$dir.tmp/rbac"
 cp "$src"/core/config/crd/bases/*.yaml "$dir.tmp/crds/"
+cp "$src"/bootstrap/kubeadm/config/crd/bases/*.yaml "$src"/controlplane/kubeadm/config/crd/bases/*.yaml \
+  "$dir.tmp/crds-kubeadm/"
 cp "$src/core/config/webhook/manifests.yaml" "$dir.tmp/webhook/"
 cp "$src"/core/config/rbac/*.yaml "$dir.tmp/rbac/"
 rm -f "$dir.tmp/rbac/kustomization.yaml"

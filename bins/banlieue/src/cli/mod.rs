@@ -1,5 +1,6 @@
 //! Command-line surface. Each subcommand lives in its own module.
 
+mod bootstrap;
 mod completion;
 mod crds;
 mod run;
@@ -24,6 +25,8 @@ pub enum Command {
     Run(Box<run::RunCommand>),
     /// Print every CustomResourceDefinition (or write one file per CRD).
     Crds(crds::CrdsCommand),
+    /// Install banlieue (or print clusterctl's components), render release assets.
+    Bootstrap(bootstrap::BootstrapCommand),
     /// Print a shell completion script.
     Completion(completion::CompletionCommand),
 }

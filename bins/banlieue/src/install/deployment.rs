@@ -1,0 +1,88 @@
+//! The operator's Deployment: one container named `manager` (clusterctl's rule)
+//! running `banlieue run` with leader election, probes on the health port, and Cluster
+//! API's security context.
+
+use serde_json::{Value, json};
+
+use super::{CONTROLLER_NAME, DEPLOYMENT_NAME, Options, PROVIDER, PROVIDER_LABEL, labelled};
+
+/// The health port (`/healthz`, `/readyz`).
+pub const HEALTH_PORT: u16 = 9440;
+/// The metrics port (`/metrics`).
+pub const METRICS_PORT: u16 = 8443;
+
+/// `banlieue run`'s arguments in the Deployment. It watches every namespace (clusterctl
+/// installs providers cluster-wide); the Lease lives in `$POD_NAMESPACE`.
+pub fn manager_args() -> Vec<String> {
+    vec![
+        "run".to_owned(),
+        "--leader-elect".to_owned(),
+        format!("--health-addr=:{HEALTH_PORT}"),
+        format!("--diagnostics-address=:{METRICS_PORT}"),
+        "--log-format=json".to_owned(),
+    ]
+}
+
+fn field_env(name: &str, path: &str) -> Value {
+    json!({"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}})
+}
+
+fn probe(path: &str) -> Value {
+    json!({"httpGet": {"path": path, "port": "healthz"}, "initialDelaySeconds": 5, "periodSeconds": 10})
+}
+
+/// The Deployment for `options`.
+pub fn deployment(options: &Options) -> Value {
+    let selector = json!({"control-plane": DEPLOYMENT_NAME, PROVIDER_LABEL: PROVIDER});
+    labelled(
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": DEPLOYMENT_NAME, "namespace": options.namespace},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": selector},
+                    "spec": {
+                        "serviceAccountName": CONTROLLER_NAME,
+                        "terminationGracePeriodSeconds": 10,
+                        "securityContext": {
+                            "runAsNonRoot": true,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        "tolerations": [
+                            {"effect": "NoSchedule", "key": "node-role.kubernetes.io/control-plane"},
+                        ],
+                        "containers": [{
+                            "name": "manager",
+                            "image": options.image,
+                            "imagePullPolicy": "IfNotPresent",
+                            "args": manager_args(),
+                            "env": [
+                                field_env("POD_NAMESPACE", "metadata.namespace"),
+                                field_env("POD_NAME", "metadata.name"),
+                                field_env("POD_UID", "metadata.uid"),
+                            ],
+                            "ports": [
+                                {"containerPort": HEALTH_PORT, "name": "healthz", "protocol": "TCP"},
+                                {"containerPort": METRICS_PORT, "name": "metrics", "protocol": "TCP"},
+                            ],
+                            "livenessProbe": probe("/healthz"),
+                            "readinessProbe": probe("/readyz"),
+                            "securityContext": {
+                                "allowPrivilegeEscalation": false,
+                                "privileged": false,
+                                "readOnlyRootFilesystem": true,
+                                "runAsUser": 65532,
+                                "runAsGroup": 65532,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                        }],
+                    },
+                },
+            },
+        }),
+        &[("app.kubernetes.io/name", "banlieue")],
+    )
+}

@@ -1,0 +1,153 @@
+//! RBAC: the controller's ClusterRole (exactly what the controllers use, no aggregation
+//! label), the leader-election Role, and `banlieue-capi-infrastructure`, the only rules
+//! Cluster API's manager gets on our kinds.
+
+use serde_json::{Value, json};
+
+use super::{AGGREGATE_ROLE_NAME, CONTROLLER_NAME, LEADER_ELECTION_NAME, common_labels, labelled};
+
+/// Every verb on an object.
+const ALL: [&str; 7] = [
+    "create", "delete", "get", "list", "patch", "update", "watch",
+];
+const READ: [&str; 3] = ["get", "list", "watch"];
+
+/// `(plural, has a status subresource)` of every CRD of `group`, sorted by plural.
+fn resources_of(group: &str) -> Vec<(String, bool)> {
+    let mut resources: Vec<(String, bool)> = banlieue_sdk::crds::all()
+        .into_iter()
+        .filter(|crd| crd.spec.group == group)
+        .map(|crd| {
+            let status = crd
+                .spec
+                .versions
+                .iter()
+                .any(|v| v.subresources.as_ref().is_some_and(|s| s.status.is_some()));
+            (crd.spec.names.plural, status)
+        })
+        .collect();
+    resources.sort();
+    resources
+}
+
+/// Every resource of `group` and the `/status` of those that have one.
+fn with_status(group: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (plural, status) in resources_of(group) {
+        if status {
+            out.push(format!("{plural}/status"));
+        }
+        out.push(plural);
+    }
+    out.sort();
+    out
+}
+
+fn finalizers(group: &str) -> Vec<String> {
+    resources_of(group)
+        .into_iter()
+        .map(|(plural, _)| format!("{plural}/finalizers"))
+        .collect()
+}
+
+fn rule(groups: &[&str], resources: &[String], verbs: &[&str]) -> Value {
+    json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
+}
+
+fn names(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The controller's ClusterRole. No aggregation label: Cluster API gets its rights
+/// from [`aggregate_cluster_role`] alone.
+pub fn controller_cluster_role() -> Value {
+    let core = banlieue_sdk::api::GROUP;
+    let infra = banlieue_sdk::api::INFRA_GROUP;
+    let mut ours = with_status(core);
+    ours.extend(finalizers(core));
+    let mut infra_resources = with_status(infra);
+    infra_resources.extend(finalizers(infra));
+    labelled(
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": CONTROLLER_NAME},
+            "rules": [
+                rule(&[core], &ours, &ALL),
+                rule(&[infra], &infra_resources, &ALL),
+                // The owning Machine (bootstrap data, failure domain) and Cluster (pause).
+                rule(&["cluster.x-k8s.io"], &names(&["clusters", "machines"]), &READ),
+                // Bootstrap data (read), credentials (read), and the Secrets banlieue
+                // creates for guests (NoCloud/Ignition payloads), which it owns.
+                rule(&[""], &names(&["secrets"]), &ALL),
+                rule(&[""], &names(&["configmaps"]), &READ),
+                rule(&["", "events.k8s.io"], &names(&["events"]), &["create", "patch"]),
+                // Addresses from Cluster API IPAM pools: claims owned by the machine.
+                rule(&["ipam.cluster.x-k8s.io"], &names(&["ipaddressclaims"]), &ALL),
+                rule(&["ipam.cluster.x-k8s.io"], &names(&["ipaddresses"]), &READ),
+            ],
+        }),
+        &[],
+    )
+}
+
+/// Binds the controller's ClusterRole to its ServiceAccount.
+pub fn controller_binding(namespace: &str) -> Value {
+    labelled(
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": CONTROLLER_NAME},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER_NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_NAME, "namespace": namespace}],
+        }),
+        &[],
+    )
+}
+
+/// Leases in the install namespace only (leader election).
+pub fn leader_election_role(namespace: &str) -> Value {
+    labelled(
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": LEADER_ELECTION_NAME, "namespace": namespace},
+            "rules": [rule(&["coordination.k8s.io"], &names(&["leases"]), &ALL)],
+        }),
+        &[],
+    )
+}
+
+/// Binds the leader-election Role to the controller's ServiceAccount.
+pub fn leader_election_binding(namespace: &str) -> Value {
+    labelled(
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": LEADER_ELECTION_NAME, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": LEADER_ELECTION_NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_NAME, "namespace": namespace}],
+        }),
+        &[],
+    )
+}
+
+/// `banlieue-capi-infrastructure`: exactly get/list/watch/create/update/patch/delete on
+/// the `infrastructure.banlieue.io` kinds and their `/status`, aggregated into Cluster
+/// API's core manager role and into the kubeadm control plane's (which clones machine
+/// templates). Nothing in `banlieue.io`, no Secrets, IPAM, Events or Leases.
+pub fn aggregate_cluster_role() -> Value {
+    let mut labels = common_labels();
+    labels["cluster.x-k8s.io/aggregate-to-manager"] = json!("true");
+    labels["kubeadm.controlplane.cluster.x-k8s.io/aggregate-to-manager"] = json!("true");
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": AGGREGATE_ROLE_NAME, "labels": labels},
+        "rules": [rule(
+            &[banlieue_sdk::api::INFRA_GROUP],
+            &with_status(banlieue_sdk::api::INFRA_GROUP),
+            &ALL,
+        )],
+    })
+}
