@@ -104,17 +104,17 @@ struct Op {
 
 /// A VM as banlieue reads it.
 #[derive(Clone, Debug)]
-struct Vm {
-    moref: MoRef,
-    name: String,
-    bios_uuid: Option<String>,
-    extra: BTreeMap<String, String>,
-    power: PowerState,
-    ips: Vec<String>,
-    tools_running: bool,
+pub(crate) struct Vm {
+    pub(crate) moref: MoRef,
+    pub(crate) name: String,
+    pub(crate) bios_uuid: Option<String>,
+    pub(crate) extra: BTreeMap<String, String>,
+    pub(crate) power: PowerState,
+    pub(crate) ips: Vec<String>,
+    pub(crate) tools_running: bool,
 }
 
-const VM_PATHS: &[&str] = &[
+pub(crate) const VM_PATHS: &[&str] = &[
     "name",
     "config.uuid",
     "config.extraConfig",
@@ -125,7 +125,7 @@ const VM_PATHS: &[&str] = &[
 ];
 
 impl Vm {
-    fn from(o: &ObjectContent) -> Self {
+    pub(crate) fn from(o: &ObjectContent) -> Self {
         let extra = o
             .prop("config.extraConfig")
             .map(methods::option_values)
@@ -159,7 +159,7 @@ impl Vm {
         }
     }
 
-    fn addresses(&self) -> Vec<MachineAddress> {
+    pub(crate) fn addresses(&self) -> Vec<MachineAddress> {
         let mut out: Vec<MachineAddress> = Vec::new();
         for ip in &self.ips {
             let Ok(parsed) = ip.parse::<IpAddr>() else {

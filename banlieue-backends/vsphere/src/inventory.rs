@@ -61,7 +61,7 @@ pub fn parse_failure_domain(name: &str) -> Option<(&str, &str)> {
         .filter(|(dc, c)| !dc.is_empty() && !c.is_empty())
 }
 
-const PROPS: &[PropertySpec<'static>] = &[
+pub(crate) const PROPS: &[PropertySpec<'static>] = &[
     PropertySpec {
         kind: "Datacenter",
         paths: &["name", "parent", "vmFolder"],

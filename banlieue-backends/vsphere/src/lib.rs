@@ -85,6 +85,9 @@ pub mod guestinfo;
 pub mod inventory;
 pub mod settings;
 
+#[cfg(test)]
+mod golden_tests;
+
 use banlieue_sdk::api::common::ProviderClass;
 
 pub use backend::{VSphereBackend, VSphereFactory};
