@@ -181,9 +181,7 @@ fn seed_files_and_image() {
         assert!(text.contains("LABEL=cidata"), "{text}");
         assert!(text.contains("TYPE=vfat"), "{text}");
     }
-    if std::env::var_os("BNL_KEEP_SEED").is_none() {
-        let _ = std::fs::remove_file(&dir);
-    }
+    let _ = std::fs::remove_file(&dir);
 }
 
 #[test]

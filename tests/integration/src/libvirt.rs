@@ -10,7 +10,7 @@
 //! `qemu:///system?socket=<state>/run/libvirt-sock`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use virt::connect::Connect;
@@ -33,6 +33,9 @@ pub struct LibvirtRig {
     /// The daemons' state directory (config, run, logs).
     pub state: PathBuf,
     child: Child,
+    /// The lifeline: `daemons.sh` tears everything down when this pipe closes, also
+    /// when this process dies without running destructors.
+    _lifeline: ChildStdin,
     _dir: tempfile::TempDir,
 }
 
@@ -114,7 +117,7 @@ impl LibvirtRig {
             ])
             .arg(repo_root().join("tests/testbin/libvirt/daemons.sh"))
             .arg(&state)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(log.try_clone().expect("log"))
             .stderr(log);
         #[cfg(unix)]
@@ -122,7 +125,8 @@ impl LibvirtRig {
             use std::os::unix::process::CommandExt;
             command.process_group(0);
         }
-        let child = command.spawn().expect("starting unshare + daemons.sh");
+        let mut child = command.spawn().expect("starting unshare + daemons.sh");
+        let lifeline = child.stdin.take().expect("stdin");
         let uri = format!(
             "qemu:///system?socket={}",
             state.join("run/libvirt-sock").display()
@@ -131,6 +135,7 @@ impl LibvirtRig {
             uri,
             state,
             child,
+            _lifeline: lifeline,
             _dir: dir,
         };
         let conn = rig.wait_for_daemon(Duration::from_secs(30));
@@ -141,10 +146,10 @@ impl LibvirtRig {
     fn wait_for_daemon(&self, timeout: Duration) -> Connect {
         let started = Instant::now();
         loop {
-            if self.state.join("run/libvirt-sock").exists() {
-                if let Ok(conn) = Connect::open(Some(&self.uri)) {
-                    return conn;
-                }
+            if self.state.join("run/libvirt-sock").exists()
+                && let Ok(conn) = Connect::open(Some(&self.uri))
+            {
+                return conn;
             }
             if started.elapsed() > timeout {
                 panic!(

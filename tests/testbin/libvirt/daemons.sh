@@ -48,9 +48,13 @@ stop() {
   exit 0
 }
 trap stop TERM INT HUP
-/usr/sbin/virtlogd --pid-file "$state/virtlogd.pid" &
+# Lifeline: stdin is a pipe the test process holds open. EOF means the test process is
+# gone (even after kill -9), and then so is everything here.
+exec 3<&0
+{ cat <&3 >/dev/null; kill -TERM $$; } &
+/usr/sbin/virtlogd --pid-file "$state/virtlogd.pid" 3<&- </dev/null &
 children+=($!)
-/usr/sbin/libvirtd --pid-file "$state/libvirtd.pid" &
+/usr/sbin/libvirtd --pid-file "$state/libvirtd.pid" 3<&- </dev/null &
 children+=($!)
 wait -n || true
 stop
