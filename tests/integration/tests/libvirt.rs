@@ -352,3 +352,163 @@ async fn an_operator_killed_between_define_and_status_write_leaves_exactly_one_d
     assert!(rig.domains().is_empty());
     assert_eq!(rig.volumes(), [IMAGE_VOLUME.to_string()]);
 }
+
+fn connection(uri: &str) -> Connection {
+    Connection {
+        class: ProviderClass::Libvirt,
+        endpoint: uri.into(),
+        credentials: Default::default(),
+        ca_bundle: None,
+        insecure_skip_tls_verify: false,
+        settings: [("domainType".to_string(), "qemu".to_string())].into(),
+    }
+}
+
+fn request(uid: &str, name: &str, pool: &str, image: &str) -> MachineRequest {
+    use banlieue_sdk::api::infra::libvirt::{LibvirtMachineSpec, LibvirtNetworkInterface};
+    use banlieue_sdk::api::vm_image::{LibvirtImageSource, PoolVolume};
+    use banlieue_sdk::backend::MachineSpec;
+    MachineRequest {
+        identity: MachineIdentity {
+            uid: uid.into(),
+            namespace: "direct".into(),
+            name: name.into(),
+        },
+        spec: MachineSpec::Libvirt(LibvirtMachineSpec {
+            provider_ref: None,
+            provider_id: None,
+            power_state: PowerState::PoweredOff,
+            bootstrap: None,
+            image: LibvirtImageSource {
+                volume: Some(PoolVolume {
+                    pool: POOL.into(),
+                    name: image.into(),
+                }),
+                path: None,
+                format: Default::default(),
+            },
+            storage_pool: pool.into(),
+            cpus: 1,
+            memory_mib: 128,
+            disk_gib: None,
+            firmware: banlieue_sdk::api::common::Firmware::Bios,
+            cpu_mode: Default::default(),
+            additional_disks: vec![],
+            network: vec![LibvirtNetworkInterface {
+                network: Some(NETWORK.into()),
+                ..Default::default()
+            }],
+        }),
+        failure_domain: None,
+        bootstrap: None,
+    }
+}
+
+/// The backend alone against the rig: errors carry libvirt's reason and class, a
+/// foreign domain's name is never taken over, and delete sweeps volumes a crashed
+/// create left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_errors_are_classified_and_delete_sweeps_leftovers() {
+    let Some(rig) = LibvirtRig::start() else {
+        return;
+    };
+    let backend = LibvirtFactory::new()
+        .connect(&connection(&rig.uri))
+        .unwrap();
+    let uid = "0b0c0d0e-1111-4222-8333-444455556666";
+
+    let inventory = backend.check().await.unwrap();
+    let fd = &inventory.failure_domains[0];
+    assert!(fd.resources["pool"].contains(POOL), "{fd:?}");
+    assert!(fd.resources["network"].contains(NETWORK), "{fd:?}");
+
+    let err = backend
+        .ensure(&request(uid, "m", "no-such-pool", IMAGE_VOLUME))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.reason.as_str(), err.is_transient()),
+        ("StoragePoolNotFound", false),
+        "{err}"
+    );
+    let err = backend
+        .ensure(&request(uid, "m", POOL, "no-such-image.qcow2"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.reason.as_str(), err.is_transient()),
+        ("ImageNotFound", false),
+        "{err}"
+    );
+    assert!(rig.domains().is_empty());
+
+    // A domain that is not ours holds the name: never redefined, never deleted.
+    let foreign = "<domain type='qemu'><name>direct.taken</name><memory unit='MiB'>64</memory>\
+                   <os><type arch='x86_64'>hvm</type></os></domain>";
+    rig.connect().define_domain_xml(foreign).unwrap();
+    let err = backend
+        .ensure(&request(uid, "taken", POOL, IMAGE_VOLUME))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.reason.as_str(), err.is_transient()),
+        ("DomainNameTaken", false),
+        "{err}"
+    );
+
+    // Powered off: defined with its volumes, not started, settled.
+    let observed = backend
+        .ensure(&request(uid, "m", POOL, IMAGE_VOLUME))
+        .await
+        .unwrap();
+    assert_eq!(observed.power_state, Some(PowerState::PoweredOff));
+    assert!(observed.settled_at(PowerState::PoweredOff), "{observed:?}");
+    assert_eq!(rig.domains().len(), 2);
+    // Volumes of this UID that no domain references (a crash before define).
+    let conn = rig.connect();
+    let pool = conn.lookup_storage_pool_by_name(POOL).unwrap();
+    virt::storage_vol::StorageVol::create_xml(
+        &pool,
+        &format!(
+            "<volume><name>bnl-{uid}-disk-orphan.qcow2</name><capacity>1048576</capacity>\
+             <target><format type='qcow2'/></target></volume>"
+        ),
+        0,
+    )
+    .unwrap();
+    assert_eq!(rig.volumes().len(), 4, "{:?}", rig.volumes());
+    let identity = MachineIdentity {
+        uid: uid.into(),
+        namespace: "direct".into(),
+        name: "m".into(),
+    };
+    assert_eq!(backend.delete(&identity).await.unwrap(), Deletion::Gone);
+    assert_eq!(backend.observe(&identity).await.unwrap(), None);
+    assert_eq!(
+        backend.delete(&identity).await.unwrap(),
+        Deletion::Gone,
+        "idempotent"
+    );
+    assert_eq!(rig.volumes(), [IMAGE_VOLUME.to_string()]);
+    assert_eq!(
+        rig.domains()
+            .iter()
+            .map(|d| d.0.as_str())
+            .collect::<Vec<_>>(),
+        ["direct.taken"],
+        "the foreign domain is untouched"
+    );
+
+    // A daemon that is not there is transient and says so.
+    let gone = LibvirtFactory::new()
+        .connect(&connection(
+            "qemu:///system?socket=/nonexistent/libvirt-sock",
+        ))
+        .unwrap();
+    let err = gone.check().await.unwrap_err();
+    assert_eq!(
+        (err.reason.as_str(), err.is_transient()),
+        ("Unreachable", true),
+        "{err}"
+    );
+}
