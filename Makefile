@@ -57,7 +57,7 @@ features-check: ## A build with one backend feature links no other backend crate
 	hack/check-feature-isolation.sh
 
 .PHONY: testbin
-testbin: fakepve vcsim capi libvirt ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
+testbin: fakepve vcsim capi libvirt fake-cloud-hypervisor ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
 	@$(TESTBIN_BUILD)
 
 .PHONY: vcsim
@@ -71,6 +71,10 @@ capi: ## Build Cluster API's core manager and clusterctl (tests/testbin/capi) in
 .PHONY: libvirt
 libvirt: ## Install libvirt, QEMU and dnsmasq (Debian, one suite) and build the tiny test guest into a versioned cache dir.
 	@tests/testbin/libvirt/build.sh >/dev/null
+
+.PHONY: fake-cloud-hypervisor
+fake-cloud-hypervisor: ## Host tools the Cloud Hypervisor tests need besides cargo (qemu-utils, for the qcow2 overlay checks).
+	@tests/fake-cloud-hypervisor/deps.sh
 
 .PHONY: fakepve
 fakepve: ## Create the Python venv with fakepve (the Proxmox VE simulator) in a versioned cache dir.

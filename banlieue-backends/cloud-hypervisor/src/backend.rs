@@ -483,7 +483,7 @@ impl Backend for ChBackend {
         let _guard = lock(dir.path()).await;
         let mut record = match dir.load()? {
             Some(record) => record,
-            None => prepare::prepare(request, spec, &dir).await?,
+            None => prepare::prepare(request, spec, &dir, self.settings.qcow2_overlay).await?,
         };
         match spec.power_state {
             PowerState::PoweredOff => self.stop(&dir, &mut record, spec).await,

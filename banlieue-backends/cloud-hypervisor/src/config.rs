@@ -54,11 +54,14 @@ fn image_type(format: DiskFormat) -> &'static str {
 }
 
 /// The `VmConfig` for `spec`, with the files in `dir`.
+/// `overlay`: the OS disk is a qcow2 overlay whose backing file is the image, which
+/// CH opens only when told to (`backing_files`).
 pub fn vm_config(
     uid: &str,
     spec: &CloudHypervisorMachineSpec,
     dir: &Path,
     macs: &[String],
+    overlay: bool,
 ) -> Result<Value, BackendError> {
     let image = &spec.image;
     let payload = match (&image.kernel, &image.firmware) {
@@ -78,8 +81,12 @@ pub fn vm_config(
         }
     };
     let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let mut os = json!({"id": "os", "path": path(os_disk_name(image.format)), "image_type": image_type(image.format)});
+    if overlay && image.format == DiskFormat::Qcow2 {
+        os["backing_files"] = json!(true);
+    }
     let mut disks = vec![
-        json!({"id": "os", "path": path(os_disk_name(image.format)), "image_type": image_type(image.format)}),
+        os,
         json!({"id": "cidata", "path": path("seed.img"), "readonly": true, "image_type": "Raw"}),
     ];
     for (i, _) in spec.additional_disks.iter().enumerate() {
@@ -147,6 +154,7 @@ mod tests {
             &spec,
             Path::new("/state/u1"),
             &["52:54:00:00:00:01".into()],
+            false,
         )
         .unwrap();
         assert_eq!(c["payload"]["kernel"], "/boot/vmlinux");
@@ -158,7 +166,7 @@ mod tests {
         let mut no_payload = spec.clone();
         no_payload.image.kernel = None;
         assert_eq!(
-            vm_config("u1", &no_payload, Path::new("/s"), &[])
+            vm_config("u1", &no_payload, Path::new("/s"), &[], false)
                 .unwrap_err()
                 .reason,
             "InvalidImage"
@@ -175,7 +183,8 @@ mod tests {
         }))
         .unwrap();
         let macs = vec!["52:54:00:12:34:56".into(), mac("u", 1, None)];
-        let config = vm_config("u", &spec, Path::new("/s/u"), &macs).unwrap();
+        let config = vm_config("u", &spec, Path::new("/s/u"), &macs, true).unwrap();
+        assert_eq!(config["disks"][0]["backing_files"], true);
         let openapi = fake_cloud_hypervisor::Spec::bundled();
         let errors = openapi.check_request(
             "PUT",

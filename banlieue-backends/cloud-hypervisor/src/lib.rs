@@ -20,8 +20,10 @@
 //!
 //! # Machines
 //!
-//! 1. **Prepare** (once, in `<uid>.partial`, renamed into place): copy the image disk
-//!    (`raw` files are grown to `diskGiB`), create additional disks (sparse raw),
+//! 1. **Prepare** (once, in `<uid>.partial`, renamed into place): a qcow2 image gets a
+//!    qcow2 overlay backed by it ([`qcow2`], written in Rust, sized to `diskGiB`, opened
+//!    with `backing_files`), a raw image is copied and grown to `diskGiB`; create
+//!    additional disks (sparse raw),
 //!    write a NoCloud seed (FAT, label `CIDATA`: `meta-data` with the UID as
 //!    instance ID, `user-data` from the bootstrap data, `network-config` from it or
 //!    from IPAM), and the `VmConfig` ([`config`]): payload (kernel + cmdline, or
@@ -71,9 +73,9 @@
 //! | `pollInterval` | duration | `1s` | how soon to look again while powering off |
 //! | `hostName` | text | the host's name | the failure domain's name |
 //! | `dhcpLeases` | path | none | dnsmasq lease file for DHCP addresses |
+//! | `qcow2Disks` | `overlay` or `copy` | `overlay` | how a qcow2 image becomes a machine's disk |
 //!
-//! Not yet supported: qcow2 overlays (images are copied; qcow2 disks are not grown),
-//! CAPI IPAM pool addresses, Ignition bootstrap data, a remote host agent.
+//! Not yet supported: CAPI IPAM pool addresses, Ignition bootstrap data, a remote host agent.
 #![warn(missing_docs)]
 
 pub mod addresses;
@@ -82,6 +84,7 @@ pub mod client;
 pub mod config;
 pub mod inventory;
 pub mod prepare;
+pub mod qcow2;
 pub mod seed;
 pub mod settings;
 pub mod state;

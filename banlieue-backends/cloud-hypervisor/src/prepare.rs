@@ -12,6 +12,7 @@ use banlieue_sdk::backend::{BackendError, MachineRequest};
 use tracing::info;
 
 use crate::config;
+use crate::qcow2;
 use crate::seed;
 use crate::state::{self, Intent, Record, VmDir};
 
@@ -24,6 +25,7 @@ pub async fn prepare(
     request: &MachineRequest,
     spec: &CloudHypervisorMachineSpec,
     dir: &VmDir,
+    qcow2_overlay: bool,
 ) -> Result<Record, BackendError> {
     let identity = &request.identity;
     let partial = dir.partial();
@@ -51,11 +53,23 @@ pub async fn prepare(
         ));
     }
     let os_disk = partial.join(config::os_disk_name(spec.image.format));
-    tokio::fs::copy(source, &os_disk)
-        .await
-        .map_err(|e| io("copying the image to", &os_disk, e))?;
-    if let (DiskFormat::Raw, Some(gib)) = (spec.image.format, spec.disk_gib) {
-        grow(&os_disk, u64::from(gib) << 30)?;
+    let want = spec.disk_gib.map_or(0, |gib| u64::from(gib) << 30);
+    let overlay = qcow2_overlay && spec.image.format == DiskFormat::Qcow2;
+    if overlay {
+        // Instant, and sized to diskGiB; the image must stay unchanged while in use.
+        qcow2::create_overlay(&os_disk, source, want).map_err(|e| {
+            BackendError::terminal(
+                "InvalidImage",
+                format!("a qcow2 overlay on {}: {e}", source.display()),
+            )
+        })?;
+    } else {
+        tokio::fs::copy(source, &os_disk)
+            .await
+            .map_err(|e| io("copying the image to", &os_disk, e))?;
+        if spec.image.format == DiskFormat::Raw && want > 0 {
+            grow(&os_disk, want)?;
+        }
     }
     for (i, disk) in spec.additional_disks.iter().enumerate() {
         let path = partial.join(format!("data-{i}.raw"));
@@ -71,7 +85,7 @@ pub async fn prepare(
         .collect();
     let files = seed::files(identity, request.bootstrap.as_ref(), &spec.network, &macs)?;
     seed::write_image(&partial.join("seed.img"), &files)?;
-    let vm_config = config::vm_config(&identity.uid, spec, dir.path(), &macs)?;
+    let vm_config = config::vm_config(&identity.uid, spec, dir.path(), &macs, overlay)?;
     let record = Record {
         uid: identity.uid.clone(),
         namespace: identity.namespace.clone(),

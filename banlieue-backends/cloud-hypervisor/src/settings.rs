@@ -27,6 +27,9 @@ pub struct ChSettings {
     pub poll_interval: Duration,
     /// A dnsmasq-style lease file to read DHCP addresses from (`dhcpLeases`).
     pub dhcp_leases: Option<PathBuf>,
+    /// qcow2 images become qcow2 overlays backed by the image (`qcow2Disks: overlay`,
+    /// the default) instead of copies (`copy`).
+    pub qcow2_overlay: bool,
 }
 
 fn duration(text: &str) -> Option<Duration> {
@@ -82,6 +85,7 @@ impl ChSettings {
             start_timeout: Duration::from_secs(10),
             poll_interval: Duration::from_secs(1),
             dhcp_leases: None,
+            qcow2_overlay: true,
         };
         let mut bad = Vec::new();
         let mut set = |key: &str, max: u64, field: &mut Duration| {
@@ -103,6 +107,11 @@ impl ChSettings {
         }
         if let Some(v) = settings.get("binary").filter(|v| !v.is_empty()) {
             parsed.binary = PathBuf::from(v);
+        }
+        match settings.get("qcow2Disks").map(String::as_str) {
+            None | Some("overlay") => {}
+            Some("copy") => parsed.qcow2_overlay = false,
+            Some(other) => bad.push(format!("qcow2Disks {other:?} is not overlay or copy")),
         }
         parsed.host_name = settings.get("hostName").cloned().filter(|h| !h.is_empty());
         parsed.dhcp_leases = settings

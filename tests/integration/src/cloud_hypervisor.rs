@@ -117,6 +117,27 @@ impl ChRig {
         }
     }
 
+    /// A small qcow2 image made with `qemu-img` (Debian's qemu-utils). `None` (the test
+    /// skips) when qemu-img is missing outside CI; under `CI=true` that panics.
+    pub fn qcow2_image(&self) -> Option<String> {
+        let path = self._dir.path().join("debian.qcow2");
+        let made = std::process::Command::new("qemu-img")
+            .args(["create", "-q", "-f", "qcow2"])
+            .arg(&path)
+            .arg("512M")
+            .status();
+        match made {
+            Ok(status) if status.success() => Some(path.to_string_lossy().into_owned()),
+            other if std::env::var("CI").is_ok_and(|v| v == "true") => {
+                panic!("qemu-img (apt install qemu-utils) is required in CI: {other:?}")
+            }
+            other => {
+                eprintln!("SKIPPED: qemu-img unavailable: {other:?}");
+                None
+            }
+        }
+    }
+
     /// True when the rig runs the fake (exchange logs available).
     pub fn is_fake(&self) -> bool {
         self.record.is_some()

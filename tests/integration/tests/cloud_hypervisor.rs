@@ -288,6 +288,40 @@ async fn a_guest_that_ignores_the_power_button_is_shut_down_and_can_boot_again()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_qcow2_image_becomes_an_overlay_the_vmm_is_told_to_follow() {
+    let rig = ChRig::new(FAKE, Guest::Exit);
+    let Some(base) = rig.qcow2_image() else {
+        return;
+    };
+    let backend = backend(&rig, &[]);
+    let uid = "0c0ffee0-0000-4000-8000-000000000005";
+    let mut image = rig.image.clone();
+    image["disk"] = json!(base);
+    image["format"] = json!("qcow2");
+    let on = request(&rig, uid, "PoweredOn", Some(image));
+    settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    let disk = rig.machine_dir(uid).join("disk.qcow2");
+    let info = std::process::Command::new("qemu-img")
+        .args(["info", "--output=json"])
+        .arg(&disk)
+        .output()
+        .unwrap();
+    let info: Value = serde_json::from_slice(&info.stdout).expect("qemu-img info");
+    assert_eq!(info["backing-filename"], json!(base));
+    assert_eq!(info["virtual-size"], 1u64 << 30, "diskGiB");
+    assert!(
+        std::fs::metadata(&disk).unwrap().len() < 1 << 20,
+        "not a copy"
+    );
+    let config = &rig.state(uid).unwrap()["config"];
+    assert_eq!(config["disks"][0]["image_type"], "Qcow2");
+    assert_eq!(config["disks"][0]["backing_files"], true);
+    assert_eq!(backend.delete(&on.identity).await.unwrap(), Deletion::Gone);
+    assert!(std::path::Path::new(&base).is_file(), "the image stays");
+    rig.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_are_classified() {
     let rig = ChRig::new(FAKE, Guest::Exit);
     let backend_ = backend(&rig, &[]);
