@@ -33,7 +33,112 @@ impl Spec {
         if doc.get("openapi").and_then(Value::as_str).is_none() || !doc["paths"].is_object() {
             return Err("not an OpenAPI 3 document (no openapi or paths)".into());
         }
-        Ok(Self { doc })
+        let spec = Self { doc };
+        // A keyword this validator does not implement would be silently ignored, and
+        // the fake would pass bodies the document rejects: refuse such a document.
+        let unsupported = spec.unsupported_keywords();
+        if !unsupported.is_empty() {
+            return Err(format!(
+                "the document uses schema keywords this validator does not implement: {unsupported:?}"
+            ));
+        }
+        let broken = spec.broken_refs();
+        if !broken.is_empty() {
+            return Err(format!("unresolvable $refs: {broken:?}"));
+        }
+        Ok(spec)
+    }
+
+    /// Schema keywords used anywhere in `components.schemas` or in operation bodies
+    /// that [`Spec::validate`] does not implement (annotations such as `description`
+    /// are fine).
+    pub fn unsupported_keywords(&self) -> std::collections::BTreeSet<String> {
+        const KNOWN: &[&str] = &[
+            "$ref",
+            "type",
+            "properties",
+            "required",
+            "items",
+            "additionalProperties",
+            "enum",
+            "minimum",
+            "maximum",
+            "minLength",
+            "maxLength",
+            "format",
+            "nullable",
+            // Annotations: no effect on validity.
+            "description",
+            "default",
+            "deprecated",
+            "readOnly",
+            "writeOnly",
+            "example",
+            "title",
+        ];
+        let mut found = std::collections::BTreeSet::new();
+        let mut schemas: Vec<&Value> = Vec::new();
+        if let Some(all) = self.doc["components"]["schemas"].as_object() {
+            schemas.extend(all.values());
+        }
+        for item in self.doc["paths"]
+            .as_object()
+            .into_iter()
+            .flat_map(|p| p.values())
+        {
+            for op in item.as_object().into_iter().flat_map(|o| o.values()) {
+                for content in [&op["requestBody"]["content"]].into_iter().chain(
+                    op["responses"]
+                        .as_object()
+                        .into_iter()
+                        .flat_map(|r| r.values())
+                        .map(|r| &r["content"]),
+                ) {
+                    if let Some(media) = content.as_object() {
+                        schemas.extend(media.values().map(|m| &m["schema"]));
+                    }
+                }
+            }
+        }
+        while let Some(schema) = schemas.pop() {
+            let Some(object) = schema.as_object() else {
+                continue;
+            };
+            for (key, value) in object {
+                if !KNOWN.contains(&key.as_str()) {
+                    found.insert(key.clone());
+                }
+                match key.as_str() {
+                    "properties" => {
+                        schemas.extend(value.as_object().into_iter().flat_map(|p| p.values()))
+                    }
+                    "items" | "additionalProperties" => schemas.push(value),
+                    _ => {}
+                }
+            }
+        }
+        found
+    }
+
+    /// Every `$ref` in the document that does not resolve.
+    pub fn broken_refs(&self) -> Vec<String> {
+        let mut broken = Vec::new();
+        let mut stack = vec![&self.doc];
+        while let Some(value) = stack.pop() {
+            match value {
+                Value::Object(map) => {
+                    if let Some(r) = map.get("$ref").and_then(Value::as_str)
+                        && self.resolve(r).is_none()
+                    {
+                        broken.push(r.to_owned());
+                    }
+                    stack.extend(map.values());
+                }
+                Value::Array(items) => stack.extend(items),
+                _ => {}
+            }
+        }
+        broken
     }
 
     /// `info.version`.
@@ -182,9 +287,22 @@ impl Spec {
                     }
                 }
             },
-            Some("string") if !value.is_string() => {
-                errors.push(format!("{at}: expected a string, got {value}"))
-            }
+            Some("string") => match value.as_str() {
+                None => errors.push(format!("{at}: expected a string, got {value}")),
+                Some(text) => {
+                    let len = text.chars().count() as u64;
+                    if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+                        && len < min
+                    {
+                        errors.push(format!("{at}: {text:?} is shorter than {min}"));
+                    }
+                    if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+                        && len > max
+                    {
+                        errors.push(format!("{at}: {text:?} is longer than {max}"));
+                    }
+                }
+            },
             Some("boolean") if !value.is_boolean() => {
                 errors.push(format!("{at}: expected a boolean, got {value}"))
             }
@@ -192,7 +310,7 @@ impl Spec {
                 errors.push(format!("{at}: expected a number, got {value}"))
             }
             Some("integer") => validate_integer(schema, value, at, errors),
-            Some("string" | "boolean" | "number") | None => {}
+            Some("boolean" | "number") | None => {}
             Some(other) => errors.push(format!("{at}: the schema has unknown type {other:?}")),
         }
         if ty == Some("number") {
@@ -304,6 +422,26 @@ mod tests {
     }
 
     #[test]
+    fn refuses_documents_it_cannot_check_fully() {
+        assert!(Spec::bundled().unsupported_keywords().is_empty());
+        assert!(Spec::bundled().broken_refs().is_empty());
+        let one_of = BUNDLED.replace(
+            "    VmState:\n      type: string",
+            "    VmState:\n      oneOf: [{type: string}]\n      type: string",
+        );
+        assert_ne!(one_of, BUNDLED);
+        let e = Spec::parse(&one_of).unwrap_err();
+        assert!(e.contains("oneOf"), "{e}");
+        let dangling = BUNDLED.replacen(
+            "#/components/schemas/VmState",
+            "#/components/schemas/Nope",
+            1,
+        );
+        let e = Spec::parse(&dangling).unwrap_err();
+        assert!(e.contains("Nope"), "{e}");
+    }
+
+    #[test]
     fn a_good_config_passes() {
         let errors = request(json!({
             "payload": {"kernel": "/k", "cmdline": "console=ttyS0"},
@@ -347,6 +485,21 @@ mod tests {
                 "{needle} not in {e:#?}"
             );
         }
+        // minLength (VmMemoryZoneUpdateData.id).
+        let mut e = Vec::new();
+        let spec = Spec::bundled();
+        let schema = json!({"$ref": "#/components/schemas/VmMemoryZoneUpdateData"});
+        spec.validate(
+            &schema,
+            &json!({"id": "", "host_numa_node": 0}),
+            "zone",
+            &mut e,
+        );
+        assert!(
+            e.iter()
+                .any(|e| e.contains("zone.id: \"\" is shorter than 1")),
+            "{e:?}"
+        );
         // Not JSON, no body, wrong content type, body where none is taken.
         let spec = Spec::bundled();
         assert!(
