@@ -172,6 +172,13 @@ impl Vcsim {
         self.command(json!({"cmd": "fail", "method": method, "message": message, "times": times}));
     }
 
+    /// How often `method` was called (the harness's own calls included).
+    pub fn calls(&self, method: &str) -> u64 {
+        self.command(json!({"cmd": "calls"}))["calls"][method]
+            .as_u64()
+            .unwrap_or_default()
+    }
+
     /// Forgets injected faults.
     pub fn clear_faults(&self) {
         self.command(json!({"cmd": "clear_faults"}));

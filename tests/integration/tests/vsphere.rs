@@ -494,6 +494,12 @@ async fn a_wrong_password_makes_the_provider_unreachable_with_a_clear_reason() {
     );
     assert!(!reachable.message.contains("not-the-password"));
     assert!(sim.sessions().is_empty());
+    // No login storm: the rejection is remembered (a minute) while the Provider is
+    // checked again and again. The harness logged in once itself.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let logins = sim.calls("Login");
+    eprintln!("logins while the password is wrong: {logins} (the harness's own included)");
+    assert_eq!(logins, 2, "one login by the harness, one by the backend");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,6 +21,7 @@
 //	fail_task {method, message, times}   the next calls of a *_Task method start a task that fails with message
 //	fail {method, message, times}    answer calls of a method with a SOAP fault (SystemError)
 //	clear_faults                     forget injected faults
+//	calls                            how often each method was called, by name (the harness's own calls included)
 //
 // Powered-on VMs get a guest IP (as VMware Tools would report) after a short while:
 // <ip-prefix>.<n / 256>.<n % 256>. EOF on stdin stops the server.
@@ -121,6 +122,7 @@ type harness struct {
 	tasks  map[string]*taskFault
 	faults map[string]*taskFault
 	armed  []armed
+	calls  map[string]int
 }
 
 // armed is a task failure waiting for the next task on an object.
@@ -181,6 +183,7 @@ func take(m map[string]*taskFault, method string) (string, bool) {
 func (h *harness) handle(_ *simulator.Context, method *simulator.Method) (mo.Reference, types.BaseMethodFault) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.calls[method.Name]++
 	if msg, ok := take(h.faults, method.Name); ok {
 		return nil, &types.SystemError{Reason: msg}
 	}
@@ -217,7 +220,7 @@ func main() {
 	}
 	model.Service.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	model.Service.Listen = &url.URL{Host: "127.0.0.1:0", User: url.UserPassword(user, pass)}
-	h := &harness{tasks: map[string]*taskFault{}, faults: map[string]*taskFault{}}
+	h := &harness{tasks: map[string]*taskFault{}, faults: map[string]*taskFault{}, calls: map[string]int{}}
 	model.Map().Handler = h.handle
 	model.Map().AddHandler(h)
 	server := model.Service.NewServer()
@@ -400,6 +403,14 @@ func command(ctx context.Context, c *govmomi.Client, h *harness, own, line strin
 		h.faults[r.Method] = &taskFault{message: r.Message, times: r.Times}
 		h.mu.Unlock()
 		return map[string]any{}, nil
+	case "calls":
+		h.mu.Lock()
+		counts := map[string]int{}
+		for k, v := range h.calls {
+			counts[k] = v
+		}
+		h.mu.Unlock()
+		return map[string]any{"calls": counts}, nil
 	case "clear_faults":
 		h.mu.Lock()
 		h.tasks = map[string]*taskFault{}
