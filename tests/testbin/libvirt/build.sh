@@ -34,18 +34,30 @@ getent group kvm >/dev/null || groupadd -r kvm
 getent group libvirt-qemu >/dev/null || groupadd -r libvirt-qemu
 getent passwd libvirt-qemu >/dev/null || useradd -r -g libvirt-qemu -G kvm -d /var/lib/libvirt -s /usr/sbin/nologin libvirt-qemu
 
+script_hash=$(cat "$here/build.sh" "$here/guest-init.sh" | sha256sum | cut -c1-12)
+cache_root=${BANLIEUE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/banlieue}
+# Warm runs skip apt-cache (seconds): the guest built by these scripts stays in use
+# until the scripts change or the cache is removed.
+pointer="$cache_root/libvirt-guest/built-by-$script_hash"
+if [[ -f "$pointer" ]]; then
+  built=$(<"$pointer")
+  if [[ -f "$built/guest.qcow2" && -f "$built/.complete" ]]; then
+    echo "$built"
+    exit 0
+  fi
+fi
+
 kernel_pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
 if [[ -z "$kernel_pkg" ]]; then
   apt-get update -qq >&2
   kernel_pkg=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
 fi
 kernel_version=$(apt-cache policy "$kernel_pkg" | awk '/Candidate:/{print $2}')
-script_hash=$(cat "$here/build.sh" "$here/guest-init.sh" | sha256sum | cut -c1-12)
 busybox_version=$(dpkg-query -W -f='${Version}' busybox-static | tr ':~+' '___')
-cache_root=${BANLIEUE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/banlieue}
 dir="$cache_root/libvirt-guest/${kernel_pkg}_${kernel_version}_bb${busybox_version}_${script_hash}"
 
 if [[ -f "$dir/guest.qcow2" && -f "$dir/.complete" ]]; then
+  echo "$dir" >"$pointer"
   echo "$dir"
   exit 0
 fi
@@ -113,4 +125,5 @@ qemu-img convert -f raw -O qcow2 "$work/disk.img" "$dir.tmp/guest.qcow2"
 cp "$work/vmlinuz" "$work/initrd.img" "$dir.tmp/"
 rm -rf "$dir" && mv "$dir.tmp" "$dir"
 touch "$dir/.complete"
+echo "$dir" >"$pointer"
 echo "$dir"
