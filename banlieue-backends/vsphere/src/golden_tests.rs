@@ -61,6 +61,7 @@ fn clone_spec(snapshot: bool) -> CloneSpec {
             num_cores_per_socket: Some(1),
             memory_mib: Some(2048),
             extra_config: guestinfo::clone_keys(&identity(), "DC0/DC0_C1"),
+            device_change: Vec::new(),
             firmware: Some("efi".into()),
         }),
         power_on: false,

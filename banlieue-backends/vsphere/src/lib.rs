@@ -30,7 +30,10 @@
 //!    config sets `numCPUs`, `numCoresPerSocket`, `memoryMB`, firmware, and
 //!    `instanceUuid` = the infra object's UID (as CAPV does), plus the `extraConfig`
 //!    keys `banlieue.uid` and `banlieue.failureDomain`.
-//! 2. **Configure** once (`ReconfigVM_Task`): `guestinfo.metadata` (instance-id,
+//! 2. **Configure** once (`ReconfigVM_Task`): the template's network devices, in
+//!    order, moved to the machine's port groups (`network[].networkName`, standard or
+//!    distributed; `macAddress` fixes the MAC), the first disk grown to `diskGiB`,
+//!    `guestinfo.metadata` (instance-id,
 //!    hostname, network config) and `guestinfo.userdata`, or
 //!    `guestinfo.ignition.config.data` for Ignition, all base64 with their
 //!    `.encoding` keys, and `banlieue.configured=true`.
@@ -75,12 +78,14 @@
 //! | `datacenter` | name | the only one | the datacenter when neither machine nor failure domain names one |
 //!
 //! Other keys are ignored. Not yet supported: content-library images, storage
-//! policies, growing the OS disk (`diskGiB`), additional disks, and changing the
-//! template's network devices (`network`).
+//! policies, additional disks, adding network devices beyond the template's, and
+//! static IPs from IPAM (DHCP is assumed; `network` config in the bootstrap data is
+//! passed through to cloud-init).
 #![warn(missing_docs)]
 
 mod backend;
 pub mod client;
+pub mod devices;
 pub mod guestinfo;
 pub mod inventory;
 pub mod settings;

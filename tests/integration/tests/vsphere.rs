@@ -47,8 +47,12 @@ fn connection(sim: &Vcsim, password: &str) -> Connection {
 
 fn request(uid: &str, template: &str, linked: bool) -> MachineRequest {
     let spec = serde_json::from_value(json!({
-        "template": template, "numCPUs": 2, "memoryMiB": 2048,
+        "template": template, "numCPUs": 2, "memoryMiB": 2048, "diskGiB": 20,
         "cloneMode": if linked { "LinkedClone" } else { "FullClone" },
+        // Full clones on a standard port group with a fixed MAC, linked ones on the
+        // distributed port group.
+        "network": [if linked { json!({"networkName": "DC0_DVPG0"}) }
+                    else { json!({"networkName": "VM Network", "macAddress": "00:50:56:3f:00:01"}) }],
     }))
     .unwrap();
     MachineRequest {
@@ -138,6 +142,20 @@ async fn the_backend_clones_configures_powers_and_deletes_on_vcsim() {
         );
         assert!(decoded(&vm, "guestinfo.metadata").contains(&uid));
         assert_eq!(o.failure_domain.as_deref(), Some("DC0/DC0_C1"));
+        assert_eq!(vm["diskKB"], 20 * 1024 * 1024, "{vm}");
+        let nic = &vm["nics"][0];
+        if linked {
+            assert!(
+                nic["portgroupKey"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("dvportgroup-"),
+                "{nic}"
+            );
+        } else {
+            assert_eq!(nic["network"], "VM Network", "{nic}");
+            assert_eq!(nic["mac"], "00:50:56:3f:00:01", "{nic}");
+        }
         let ip = vm["ip"].as_str().unwrap();
         assert!(
             o.addresses.iter().any(|a| a.address == ip),
@@ -206,7 +224,7 @@ async fn world(prefix: &str, providers: &[(&str, &Vcsim, &str)]) -> (TestNamespa
         .collect();
     objects.extend([
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-small", ns.name)},
-               "spec": {"cpus": 2, "memoryMiB": 1024, "disk": {"sizeGiB": 8, "storageClass": "fast"}}}),
+               "spec": {"cpus": 2, "memoryMiB": 1024, "disk": {"sizeGiB": 16, "storageClass": "fast"}}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{}-ubuntu", ns.name)},
                "spec": {"os": {"family": "linux", "distribution": "ubuntu", "version": "24.04"},
                         "sources": {"vsphere": {"template": template}}}}),
@@ -332,6 +350,12 @@ async fn a_virtual_machine_is_cloned_with_guestinfo_powered_on_addressed_and_del
         status.addresses
     );
     assert_eq!(machine["power"], "poweredOn");
+    assert_eq!(machine["nics"][0]["network"], "VM Network", "{machine}");
+    assert_eq!(
+        machine["diskKB"],
+        16 * 1024 * 1024,
+        "grown from 10 GiB: {machine}"
+    );
     assert_eq!(
         (machine["cpus"].as_i64(), machine["memoryMB"].as_i64()),
         (Some(2), Some(1024))

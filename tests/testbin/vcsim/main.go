@@ -15,7 +15,7 @@
 // Then it reads one JSON command per line on stdin and answers one JSON line on stdout
 // ({"ok": true, ...} or {"ok": false, "error": "..."}). Commands ("cmd"):
 //
-//	vms                              every VM: name, path, moref, biosUUID, power, template, cpus, memoryMB, extraConfig, ip
+//	vms                              every VM: name, moref, biosUUID, power, template, cpus, memoryMB, extraConfig, ip, pool, nics, diskKB
 //	sessions                         the vCenter sessions (the harness's own left out)
 //	terminate_sessions               end every session (as an expiry would)
 //	fail_task {method, message, times}   the next calls of a *_Task method start a task that fails with message
@@ -438,6 +438,27 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 			}
 			cpus, mem, template, uuid = vm.Config.Hardware.NumCPU, vm.Config.Hardware.MemoryMB, vm.Config.Template, vm.Config.Uuid
 		}
+		nics := []map[string]string{}
+		diskKB := int64(0)
+		if vm.Config != nil {
+			for _, d := range vm.Config.Hardware.Device {
+				if disk, ok := d.(*types.VirtualDisk); ok && diskKB == 0 {
+					diskKB = disk.CapacityInKB
+				}
+				card, ok := d.(types.BaseVirtualEthernetCard)
+				if !ok {
+					continue
+				}
+				nic := map[string]string{"mac": card.GetVirtualEthernetCard().MacAddress}
+				switch b := card.GetVirtualEthernetCard().Backing.(type) {
+				case *types.VirtualEthernetCardNetworkBackingInfo:
+					nic["network"] = b.DeviceName
+				case *types.VirtualEthernetCardDistributedVirtualPortBackingInfo:
+					nic["portgroupKey"] = b.Port.PortgroupKey
+				}
+				nics = append(nics, nic)
+			}
+		}
 		ip := ""
 		if vm.Guest != nil {
 			ip = vm.Guest.IpAddress
@@ -449,7 +470,7 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 		out = append(out, map[string]any{
 			"name": vm.Name, "moref": vm.Self.Value, "biosUUID": uuid, "power": string(vm.Runtime.PowerState),
 			"template": template, "cpus": cpus, "memoryMB": mem, "extraConfig": extra,
-			"ip": ip, "pool": pool,
+			"ip": ip, "pool": pool, "nics": nics, "diskKB": diskKB,
 		})
 	}
 	return out, nil

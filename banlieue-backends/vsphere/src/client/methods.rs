@@ -253,6 +253,8 @@ pub struct ConfigSpec {
     pub num_cores_per_socket: Option<u32>,
     /// `memoryMB`.
     pub memory_mib: Option<u64>,
+    /// `deviceChange`: device edits (network backings, disk capacity).
+    pub device_change: Vec<DeviceChange>,
     /// `extraConfig` (`guestinfo.*` and banlieue's own keys); an empty value removes a key.
     pub extra_config: Vec<(String, String)>,
     /// `firmware`: `bios` or `efi`.
@@ -277,6 +279,12 @@ impl ConfigSpec {
         if let Some(v) = self.memory_mib {
             x.text("memoryMB", v);
         }
+        for change in &self.device_change {
+            x.open("deviceChange")
+                .text("operation", &change.operation)
+                .element("device", &change.device)
+                .close("deviceChange");
+        }
         for (k, v) in &self.extra_config {
             x.open_typed("extraConfig", "OptionValue")
                 .text("key", k)
@@ -288,6 +296,15 @@ impl ConfigSpec {
         }
         x.close(name);
     }
+}
+
+/// One `VirtualDeviceConfigSpec`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceChange {
+    /// `add`, `edit` or `remove`.
+    pub operation: String,
+    /// The whole device (vSphere replaces the device on `edit`).
+    pub device: Element,
 }
 
 /// Where a clone goes (`VirtualMachineRelocateSpec`).

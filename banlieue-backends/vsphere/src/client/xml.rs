@@ -95,6 +95,27 @@ impl Xml {
         self
     }
 
+    /// Writes a parsed element back (read-modify-write of vSphere data objects such
+    /// as devices): its `xsi:type`, other attributes, text and children, in order.
+    pub fn element(&mut self, name: &str, element: &Element) -> &mut Self {
+        let _ = write!(self.0, "<{name}");
+        if let Some(ty) = &element.xsi_type {
+            let _ = write!(self.0, " xsi:type=\"{}\"", escape(ty));
+        }
+        for (k, v) in &element.attributes {
+            let _ = write!(self.0, " {k}=\"{}\"", escape(v));
+        }
+        self.0.push('>');
+        if element.children.is_empty() {
+            self.0.push_str(&escape(&element.text));
+        }
+        for child in &element.children {
+            self.element(&child.name, child);
+        }
+        let _ = write!(self.0, "</{name}>");
+        self
+    }
+
     /// The XML written so far.
     pub fn finish(self) -> String {
         self.0
@@ -210,6 +231,20 @@ impl Element {
         Some(MoRef::new(self.attribute("type")?, self.text.trim()))
     }
 
+    /// A child element with text, e.g. `<deviceName>VM Network</deviceName>`.
+    pub fn leaf(name: &str, text: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            text: text.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Mutable access to the first child named `name`.
+    pub fn child_mut(&mut self, name: &str) -> Option<&mut Element> {
+        self.children.iter_mut().find(|c| c.name == name)
+    }
+
     /// The first descendant (depth first, self included) named `name`.
     pub fn find(&self, name: &str) -> Option<&Element> {
         if self.name == name {
@@ -233,6 +268,18 @@ mod tests {
         assert!(matches!(escape("plain"), Cow::Borrowed(_)));
         assert_eq!(escape("a\u{0}b"), "a\u{FFFD}b");
         assert_eq!(escape("a\r\nb"), "a&#13;\nb");
+    }
+
+    #[test]
+    fn elements_are_written_back_as_read() {
+        let doc = r#"<r xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"><d xsi:type="VirtualE1000"><key>4000</key><n type="Network">network-7</n><s>a&amp;b</s></d></r>"#;
+        let e = Element::parse(doc).unwrap();
+        let mut x = Xml::new();
+        x.element("device", e.child("d").unwrap());
+        assert_eq!(
+            x.finish(),
+            r#"<device xsi:type="VirtualE1000"><key>4000</key><n type="Network">network-7</n><s>a&amp;b</s></device>"#
+        );
     }
 
     #[test]
