@@ -189,6 +189,15 @@ async fn the_backend_clones_configures_powers_and_deletes_on_vcsim() {
     let sessions = sim.sessions();
     assert_eq!(sessions.len(), 1, "{sessions:?}");
     assert_eq!(backend.client().logins(), 1);
+    // Dropping the backend (the Provider went away) ends its session.
+    drop(backend);
+    for _ in 0..100 {
+        if sim.sessions().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(sim.sessions().is_empty(), "{:?}", sim.sessions());
 }
 
 /// A Provider `name` on `sim` (password `password`) with storage class `fast`

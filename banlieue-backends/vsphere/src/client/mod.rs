@@ -391,6 +391,33 @@ impl VimClient {
     }
 }
 
+impl Drop for VimClient {
+    /// Ends the session when the backend goes away (the Provider was deleted or its
+    /// connection changed), instead of leaving it to vCenter's idle timeout. Best
+    /// effort, in the background, only inside a Tokio runtime.
+    fn drop(&mut self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (Ok(state), Some(content)) = (self.session.try_lock(), self.content.get()) else {
+            return;
+        };
+        let LoginState::LoggedIn(session) = &*state else {
+            return;
+        };
+        let request = self
+            .http
+            .post(&self.url)
+            .header("Content-Type", "text/xml; charset=utf-8")
+            .header("SOAPAction", SOAP_ACTION)
+            .header("Cookie", session.cookie.expose())
+            .body(soap::envelope(&methods::logout(&content.session_manager)));
+        handle.spawn(async move {
+            let _ = request.send().await;
+        });
+    }
+}
+
 async fn read(response: reqwest::Response) -> Result<Element, VimError> {
     let status = response.status();
     let text = response.text().await.map_err(transport)?;
