@@ -88,9 +88,13 @@ pub fn endpoint(connection: &Connection) -> Result<Endpoint, BackendError> {
             ),
         ));
     }
-    let local = rest.starts_with('/');
+    // Built first so that an error below drops it, and with it any files written.
+    let mut ep = Endpoint {
+        uri: uri.to_string(),
+        local: rest.starts_with('/'),
+        dir: None,
+    };
     let mut params: Vec<String> = Vec::new();
-    let mut dir = None;
     let secret = |key: &str| {
         connection
             .credentials
@@ -100,18 +104,18 @@ pub fn endpoint(connection: &Connection) -> Result<Endpoint, BackendError> {
     match transport {
         "ssh" | "libssh" | "libssh2" => {
             if let Some(key) = secret("sshPrivateKey") {
-                let d = dir.get_or_insert(private_dir()?).clone();
+                let d = private(&mut ep)?;
                 write_private(&d.join("id"), &key)?;
                 params.push(format!("keyfile={}", d.join("id").display()));
             }
             if let Some(hosts) = secret("knownHosts") {
-                let d = dir.get_or_insert(private_dir()?).clone();
+                let d = private(&mut ep)?;
                 write_private(&d.join("known_hosts"), &hosts)?;
                 params.push(format!("known_hosts={}", d.join("known_hosts").display()));
             }
         }
         "tls" => {
-            let d = dir.get_or_insert(private_dir()?).clone();
+            let d = private(&mut ep)?;
             if let Some(ca) = &connection.ca_bundle {
                 write_private(&d.join("cacert.pem"), ca)?;
             }
@@ -141,12 +145,19 @@ pub fn endpoint(connection: &Connection) -> Result<Endpoint, BackendError> {
     if connection.insecure_skip_tls_verify && !transport.is_empty() && transport != "unix" {
         params.push("no_verify=1".into());
     }
-    let mut uri = uri.to_string();
     for p in params {
-        uri.push(if uri.contains('?') { '&' } else { '?' });
-        uri.push_str(&p);
+        ep.uri.push(if ep.uri.contains('?') { '&' } else { '?' });
+        ep.uri.push_str(&p);
     }
-    Ok(Endpoint { uri, local, dir })
+    Ok(ep)
+}
+
+/// The endpoint's private directory, created on first use.
+fn private(ep: &mut Endpoint) -> Result<PathBuf, BackendError> {
+    if ep.dir.is_none() {
+        ep.dir = Some(private_dir()?);
+    }
+    Ok(ep.dir.clone().unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -172,6 +183,20 @@ mod tests {
         }
     }
 
+    /// Tests that create private directories run one at a time, so counting them is exact.
+    static DIRS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn leftover_dirs() -> usize {
+        let prefix = format!("banlieue-libvirt-{}-", std::process::id());
+        std::fs::read_dir(std::env::temp_dir())
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
     #[test]
     fn local_socket_uris_pass_through() {
         let e = endpoint(&connection(
@@ -185,6 +210,7 @@ mod tests {
 
     #[test]
     fn ssh_keys_go_to_a_private_file() {
+        let _one_at_a_time = DIRS.lock().unwrap_or_else(|e| e.into_inner());
         let e = endpoint(&connection(
             "qemu+ssh://root@h1/system",
             &[("sshPrivateKey", "KEY")],
@@ -205,7 +231,14 @@ mod tests {
 
     #[test]
     fn tls_needs_both_halves_and_other_drivers_are_refused() {
+        let _one_at_a_time = DIRS.lock().unwrap_or_else(|e| e.into_inner());
+        let before = leftover_dirs();
         let err = endpoint(&connection("qemu+tls://h1/system", &[("tls.crt", "C")])).unwrap_err();
+        assert_eq!(
+            leftover_dirs(),
+            before,
+            "a refused endpoint leaves no files behind"
+        );
         assert_eq!(err.reason, "MissingCredential");
         let ok = endpoint(&connection("qemu+tls://h1/system", &[])).unwrap();
         assert!(ok.uri.contains("?pkipath="));
