@@ -542,10 +542,18 @@ async fn a_virtual_machine_boots_powers_off_and_on_and_is_deleted() {
     assert_eq!(host.network_classes, ["lan"]);
 
     rig.lease("52:54:00:c0:ff:10", "10.99.0.10", "web-1");
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "user-data"},
+                        "stringData": {"cloud-init": "#cloud-config\nruncmd: [echo from-banlieue]\n",
+                                       "net": "version: 2\nethernets: {}\n"}});
+    apply(&ns.client, &ns.name, &secret).await.unwrap();
+    let mut object = vm(&ns, "web-1", "52:54:00:c0:ff:10");
+    object["spec"]["bootstrap"] = json!({
+        "format": "cloud-config",
+        "userData": {"name": "user-data", "key": "cloud-init"},
+        "networkConfig": {"name": "user-data", "key": "net"}
+    });
     let started = Instant::now();
-    apply(&ns.client, &ns.name, &vm(&ns, "web-1", "52:54:00:c0:ff:10"))
-        .await
-        .unwrap();
+    apply(&ns.client, &ns.name, &object).await.unwrap();
     let vms: Api<VirtualMachine> = ns.api();
     let ready = wait_for(&vms, "web-1", WAIT, |v| {
         is_ready(v)
@@ -565,6 +573,18 @@ async fn a_virtual_machine_boots_powers_off_and_on_and_is_deleted() {
     assert_eq!(config["cpus"]["boot_vcpus"], 1);
     assert_eq!(config["memory"]["size"], 512u64 << 20);
     assert_eq!(config["net"][0]["mac"], "52:54:00:c0:ff:10");
+    // The bootstrap data reached the guest's NoCloud seed.
+    let (label, seed) = banlieue_backend_cloud_hypervisor::seed::read_image(
+        &rig.machine_dir(&uid).join("seed.img"),
+    )
+    .unwrap();
+    assert_eq!(label, "CIDATA");
+    assert_eq!(
+        seed["user-data"],
+        b"#cloud-config\nruncmd: [echo from-banlieue]\n"
+    );
+    assert_eq!(seed["network-config"], b"version: 2\nethernets: {}\n");
+    assert!(String::from_utf8_lossy(&seed["meta-data"]).contains("local-hostname: web-1"));
 
     set_power(&vms, "web-1", "PoweredOff").await;
     wait_for(&vms, "web-1", WAIT, |v| {
