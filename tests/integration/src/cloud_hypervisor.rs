@@ -1,6 +1,6 @@
 //! The Cloud Hypervisor rig: a state directory, an image, and the VMM binary the
-//! backend starts — the spec-checked fake (`fake-cloud-hypervisor`, built as a bin
-//! of this package) behind a wrapper script that records every API exchange, or a
+//! backend starts — the spec-checked fake (`tests/fake-cloud-hypervisor`, built as
+//! this package's bin `fake-ch-vmm`) behind a wrapper script that records every API exchange, or a
 //! real `cloud-hypervisor` named by `BANLIEUE_CH_BINARY` (with `BANLIEUE_CH_KERNEL`
 //! or `BANLIEUE_CH_FIRMWARE`, `BANLIEUE_CH_DISK` and optionally `BANLIEUE_CH_CMDLINE`).
 //!
@@ -53,7 +53,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 impl ChRig {
-    /// A rig around `fake` (the path of the `fake-cloud-hypervisor` bin), unless
+    /// A rig around `fake` (the path of the `fake-ch-vmm` bin), unless
     /// `BANLIEUE_CH_BINARY` names a real binary.
     pub fn new(fake: &str, guest: Guest) -> Self {
         let dir = tempfile::Builder::new()

@@ -29,7 +29,7 @@ use banlieue_testenv::TestNamespace;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-const FAKE: &str = env!("CARGO_BIN_EXE_fake-cloud-hypervisor");
+const FAKE: &str = env!("CARGO_BIN_EXE_fake-ch-vmm");
 const WAIT: Duration = Duration::from_secs(60);
 
 // ---------------------------------------------------------------------------------
