@@ -25,7 +25,7 @@ bench: ## Scale benchmark (release operator, sim backend): N=100,1000,10000, or 
 	KUBEBUILDER_ASSETS="$$assets" "$$bin/banlieue-bench" --operator "$$bin/banlieue" --sizes "$${sizes:-100,1000,10000}" $(BENCH_ARGS)
 
 .PHONY: test
-test: testbin lint crds-check features-check ## The whole test suite (what CI runs).
+test: testbin lint crds-check features-check manifests-check ## The whole test suite (what CI runs).
 	hack/build-deps.sh
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --workspace --all-features --locked
 	DEMO_ONESHOT=1 $(MAKE) --no-print-directory demo
@@ -99,3 +99,26 @@ crds-check: ## Fail when deploy/crds/ differs from what the code generates.
 	if ! diff -ru deploy/crds "$$tmp"; then \
 	  echo "deploy/crds is stale: run 'make crds' and commit the result" >&2; exit 1; \
 	fi; echo "deploy/crds: $$(ls deploy/crds | wc -l) CRDs, up to date"
+
+.PHONY: manifests
+manifests: ## Regenerate deploy/operator/ and deploy/capi/ (banlieue bootstrap manifests).
+	$(CARGO) run --quiet --locked -p banlieue -- bootstrap manifests --out-dir deploy
+
+.PHONY: manifests-check
+manifests-check: ## Fail when deploy/operator/ or deploy/capi/ differ from what the code generates.
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(CARGO) run --quiet --locked -p banlieue -- bootstrap manifests --out-dir "$$tmp" 2>/dev/null; \
+	for d in operator capi; do \
+	  if ! diff -ru "deploy/$$d" "$$tmp/$$d"; then \
+	    echo "deploy/$$d is stale: run 'make manifests' and commit the result" >&2; exit 1; \
+	  fi; \
+	done; echo "deploy/operator, deploy/capi: up to date"
+
+.PHONY: clusterctl-components
+clusterctl-components: ## Write clusterctl's release assets to target/clusterctl/release/ (components, metadata, cluster templates).
+	$(CARGO) run --quiet --locked -p banlieue -- bootstrap release --out-dir target/clusterctl/release
+
+.PHONY: e2e-capi-packaging
+e2e-capi-packaging: testbin ## bootstrap operator twice on the test control plane, the CAPI rig, real clusterctl on our release; part of `make test`.
+	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue --test bootstrap --test clusterctl
+	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test capi_rig

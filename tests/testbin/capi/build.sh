@@ -12,6 +12,7 @@
 #   <dir>/metadata.yaml      CAPI's clusterctl metadata (release series -> contract)
 #   <dir>/crds-kubeadm/*.yaml the kubeadm bootstrap and control-plane CRDs (to validate
 #                            cluster templates that use them; their managers are not built)
+#   <dir>/crds-clusterctl/*.yaml clusterctl's inventory CRD (providers.clusterctl.cluster.x-k8s.io)
 set -euo pipefail
 cd "$(dirname "$0")"
 source ./versions.env
@@ -21,7 +22,7 @@ go_version=$(go env GOVERSION)
 cache_root=${BANLIEUE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/banlieue}
 dir="$cache_root/capi/capi-${CAPI_VERSION}_${go_version}"
 
-if [[ -x "$dir/manager" && -x "$dir/clusterctl" && -d "$dir/crds-kubeadm" && -f "$dir/.complete" ]]; then
+if [[ -x "$dir/manager" && -x "$dir/clusterctl" && -d "$dir/crds-kubeadm" && -d "$dir/crds-clusterctl" && -f "$dir/.complete" ]]; then
   echo "$dir"
   exit 0
 fi
@@ -46,10 +47,11 @@ go build -ldflags "$ldflags" -o "$dir.tmp/manager" sigs.k8s.io/cluster-api/core
 echo "capi: building clusterctl ${CAPI_VERSION} (first run only)" >&2
 go build -ldflags "$ldflags" -o "$dir.tmp/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
 
-mkdir -p "$dir.tmp/crds" "$dir.tmp/crds-kubeadm" "$dir.tmp/webhook" "$dir.tmp/rbac"
+mkdir -p "$dir.tmp/crds" "$dir.tmp/crds-kubeadm" "$dir.tmp/crds-clusterctl" "$dir.tmp/webhook" "$dir.tmp/rbac"
 cp "$src"/core/config/crd/bases/*.yaml "$dir.tmp/crds/"
 cp "$src"/bootstrap/kubeadm/config/crd/bases/*.yaml "$src"/controlplane/kubeadm/config/crd/bases/*.yaml \
   "$dir.tmp/crds-kubeadm/"
+cp "$src"/cmd/clusterctl/config/crd/bases/clusterctl.cluster.x-k8s.io_providers.yaml "$dir.tmp/crds-clusterctl/"
 cp "$src/core/config/webhook/manifests.yaml" "$dir.tmp/webhook/"
 cp "$src"/core/config/rbac/*.yaml "$dir.tmp/rbac/"
 rm -f "$dir.tmp/rbac/kustomization.yaml"
