@@ -127,6 +127,16 @@ impl ChBackend {
     /// Starts a VMM for `dir` and waits until it answers `vmm.ping`; returns its pid.
     async fn start_vmm(&self, dir: &VmDir) -> Result<u32, BackendError> {
         let socket = dir.socket();
+        // sockaddr_un holds 108 bytes with the terminating NUL.
+        if socket.as_os_str().len() > 107 {
+            return Err(BackendError::terminal(
+                "StateDirTooLong",
+                format!(
+                    "the API socket path {} is longer than a unix socket allows (107 bytes): use a shorter state directory",
+                    socket.display()
+                ),
+            ));
+        }
         match std::fs::remove_file(&socket) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(host_error("removing the stale socket", &socket, e));

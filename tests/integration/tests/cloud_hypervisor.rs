@@ -367,6 +367,27 @@ async fn failures_are_classified() {
         .await
         .unwrap_err();
     assert_eq!(e.reason, "BinaryNotFound");
+    // A state directory too long for a unix socket path → terminal StateDirTooLong.
+    let long = rig.state_dir.join("x".repeat(80));
+    let mut settings = rig.settings();
+    settings.insert("binary".into(), rig.binary.to_string_lossy().into_owned());
+    let deep = ChFactory::new()
+        .connect_ch(&Connection {
+            class: ProviderClass::CloudHypervisor,
+            endpoint: format!("local://{}", long.display()),
+            credentials: BTreeMap::new(),
+            ca_bundle: None,
+            insecure_skip_tls_verify: false,
+            settings,
+        })
+        .unwrap();
+    let req = request(&rig, uid, "PoweredOn", None);
+    let e = deep.ensure(&req).await.unwrap_err();
+    assert_eq!(
+        (e.reason.as_str(), e.is_transient()),
+        ("StateDirTooLong", false)
+    );
+    assert_eq!(deep.delete(&req.identity).await.unwrap(), Deletion::Gone);
     // A remote endpoint is not supported: terminal at connect.
     let e = ChFactory::new()
         .connect_ch(&Connection {
