@@ -15,15 +15,13 @@ use banlieue_sdk::backend::{
 use tracing::{info, warn};
 
 use crate::addresses;
-use crate::client::VmmClient;
+use crate::client::{ApiError, VmmClient};
 use crate::inventory;
 use crate::prepare;
 use crate::settings::ChSettings;
 use crate::state::{Exit, Intent, Record, VmDir, now_ms};
 use crate::supervisor;
 
-/// How long one API call to a VMM may take.
-const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a VMM version read with `vmm.ping` is reused by `check`.
 const VERSION_TTL: Duration = Duration::from_secs(600);
 
@@ -71,6 +69,8 @@ async fn lock(path: &Path) -> tokio::sync::OwnedMutexGuard<()> {
 pub struct ChBackend {
     settings: ChSettings,
     version: Mutex<Option<(String, Instant)>>,
+    /// Since when each machine's live VMM has not answered.
+    silent: Mutex<HashMap<String, Instant>>,
 }
 
 fn spec_of(request: &MachineRequest) -> Result<&CloudHypervisorMachineSpec, BackendError> {
@@ -105,6 +105,7 @@ impl ChBackend {
         Self {
             settings,
             version: Mutex::new(None),
+            silent: Mutex::new(HashMap::new()),
         }
     }
 
@@ -120,8 +121,45 @@ impl ChBackend {
             .unwrap_or_else(inventory::host_name)
     }
 
-    fn client(dir: &VmDir) -> VmmClient {
-        VmmClient::new(dir.socket(), API_TIMEOUT)
+    fn client(&self, dir: &VmDir) -> VmmClient {
+        VmmClient::new(dir.socket(), self.settings.api_timeout)
+    }
+
+    /// A live VMM did not answer: remember since when, and once that is longer than
+    /// `hangTimeout`, kill it so the next reconcile handles it like any dead VMM.
+    fn unresponsive(&self, record: &Record, error: ApiError, op: &'static str) -> BackendError {
+        if !matches!(error, ApiError::Unreachable(_)) {
+            return error.into_backend(op);
+        }
+        let since = *self
+            .silent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(record.uid.clone())
+            .or_insert_with(Instant::now);
+        let waited = since.elapsed();
+        match record.pid {
+            Some(pid) if waited >= self.settings.hang_timeout => {
+                warn!(pid, uid = %record.uid, "VMM hung; killing it");
+                supervisor::signal(pid, true);
+                self.answered(&record.uid);
+                BackendError::transient(
+                    "VMMHung",
+                    format!(
+                        "the VMM (pid {pid}) did not answer for {}s and was killed",
+                        waited.as_secs()
+                    ),
+                )
+            }
+            _ => error.into_backend(op),
+        }
+    }
+
+    fn answered(&self, uid: &str) {
+        self.silent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
     }
 
     /// Starts a VMM for `dir` and waits until it answers `vmm.ping`; returns its pid.
@@ -145,7 +183,7 @@ impl ChBackend {
         }
         let spawned = supervisor::spawn(&self.settings.binary, &socket, &dir.log())?;
         let pid = spawned.pid;
-        let client = Self::client(dir);
+        let client = self.client(dir);
         let started = Instant::now();
         loop {
             if spawned.exited() {
@@ -198,7 +236,7 @@ impl ChBackend {
             if record
                 .pid
                 .is_some_and(|p| supervisor::alive(p, &dir.socket()))
-                && let Ok(ping) = Self::client(&dir).ping().await
+                && let Ok(ping) = self.client(&dir).ping().await
             {
                 self.remember_version(ping.version.clone());
                 return Ok(ping.version);
@@ -212,7 +250,7 @@ impl ChBackend {
             .map_err(|e| host_error("creating", probe.path(), e))?;
         let result = self.start_vmm(&probe).await;
         if let Ok(pid) = result {
-            let _ = Self::client(&probe).put("vmm.shutdown", None).await;
+            let _ = self.client(&probe).put("vmm.shutdown", None).await;
             for _ in 0..40 {
                 if !supervisor::alive(pid, &probe.socket()) {
                     break;
@@ -318,9 +356,13 @@ impl ChBackend {
             record.power_button_ms = None;
             dir.save(record)?;
         }
-        let client = Self::client(dir);
-        let api = |op: &'static str| move |e: crate::client::ApiError| e.into_backend(op);
-        let info = client.info().await.map_err(api("vm.info"))?;
+        let client = self.client(dir);
+        let api = |op: &'static str| move |e: ApiError| e.into_backend(op);
+        let info = client
+            .info()
+            .await
+            .map_err(|e| self.unresponsive(record, e, "vm.info"))?;
+        self.answered(&record.uid);
         let mut state = info.map(|i| i.state);
         if state.is_none() {
             client
@@ -384,13 +426,14 @@ impl ChBackend {
             }
             return Ok(self.observation(record, dir, Some(spec), PowerState::PoweredOff, None));
         }
-        let client = Self::client(dir);
-        let api = |op: &'static str| move |e: crate::client::ApiError| e.into_backend(op);
+        let client = self.client(dir);
+        let api = |op: &'static str| move |e: ApiError| e.into_backend(op);
         let state = client
             .info()
             .await
-            .map_err(api("vm.info"))?
+            .map_err(|e| self.unresponsive(record, e, "vm.info"))?
             .map(|i| i.state);
+        self.answered(&record.uid);
         if record.intent != Intent::Stop {
             record.intent = Intent::Stop;
             record.exit = None;
@@ -513,7 +556,8 @@ impl Backend for ChBackend {
             .pid
             .is_some_and(|p| supervisor::alive(p, &dir.socket()));
         let power = if alive {
-            let info = Self::client(&dir)
+            let info = self
+                .client(&dir)
                 .info()
                 .await
                 .map_err(|e| e.into_backend("vm.info"))?;
@@ -535,7 +579,7 @@ impl Backend for ChBackend {
         if let Some(pid) = record.as_ref().and_then(|r| r.pid) {
             let socket = dir.socket();
             if supervisor::alive(pid, &socket) {
-                let client = Self::client(&dir);
+                let client = self.client(&dir);
                 // Errors are fine here: whatever state it is in, the process goes next.
                 let _ = client.put("vm.delete", None).await;
                 let _ = client.put("vmm.shutdown", None).await;

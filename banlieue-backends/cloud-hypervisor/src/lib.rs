@@ -44,7 +44,9 @@
 //! **Supervision.** A VMM that is gone while banlieue wanted it running is reported
 //! as the transient error `VMMExited` (so the machine's `Ready` condition says so) for
 //! `restartDelay`, then started again and the VM created and booted anew (its disk
-//! persists). A VMM gone while the machine should be off is simply off.
+//! persists). A VMM gone while the machine should be off is simply off. A VMM that
+//! lives but does not answer is reported (`VMMUnreachable`) and, after `hangTimeout`,
+//! killed (`VMMHung`) and so handled the same way.
 //!
 //! **Errors.** No answer on the socket → transient `VMMUnreachable`; 400 → terminal
 //! `InvalidVMConfig`; 404/405/409 → transient `VMStateConflict`; boot 500 → terminal
@@ -71,6 +73,8 @@
 //! | `restartDelay` | duration | `5s` | how long a dead VMM is reported before restarting |
 //! | `startTimeout` | duration | `10s` | how long a new VMM may take to answer |
 //! | `pollInterval` | duration | `1s` | how soon to look again while powering off |
+//! | `apiTimeout` | duration | `10s` | how long one API call may take |
+//! | `hangTimeout` | duration | `60s` | a live VMM silent this long is killed (then restarted as a crash) |
 //! | `hostName` | text | the host's name | the failure domain's name |
 //! | `dhcpLeases` | path | none | dnsmasq lease file for DHCP addresses |
 //! | `qcow2Disks` | `overlay` or `copy` | `overlay` | how a qcow2 image becomes a machine's disk |

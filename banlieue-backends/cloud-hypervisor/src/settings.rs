@@ -25,6 +25,11 @@ pub struct ChSettings {
     pub start_timeout: Duration,
     /// How soon to look again while an operation is in flight (`pollInterval`, default 1s).
     pub poll_interval: Duration,
+    /// How long one API call may take (`apiTimeout`, default 10s).
+    pub api_timeout: Duration,
+    /// How long a live VMM may go without answering before it is killed and handled
+    /// as a crash (`hangTimeout`, default 60s).
+    pub hang_timeout: Duration,
     /// A dnsmasq-style lease file to read DHCP addresses from (`dhcpLeases`).
     pub dhcp_leases: Option<PathBuf>,
     /// qcow2 images become qcow2 overlays backed by the image (`qcow2Disks: overlay`,
@@ -84,6 +89,8 @@ impl ChSettings {
             restart_delay: Duration::from_secs(5),
             start_timeout: Duration::from_secs(10),
             poll_interval: Duration::from_secs(1),
+            api_timeout: Duration::from_secs(10),
+            hang_timeout: Duration::from_secs(60),
             dhcp_leases: None,
             qcow2_overlay: true,
         };
@@ -102,8 +109,10 @@ impl ChSettings {
         set("restartDelay", 3600, &mut parsed.restart_delay);
         set("startTimeout", 300, &mut parsed.start_timeout);
         set("pollInterval", 300, &mut parsed.poll_interval);
-        if parsed.poll_interval.is_zero() {
-            bad.push("pollInterval must not be zero".into());
+        set("apiTimeout", 300, &mut parsed.api_timeout);
+        set("hangTimeout", 3600, &mut parsed.hang_timeout);
+        if parsed.poll_interval.is_zero() || parsed.api_timeout.is_zero() {
+            bad.push("pollInterval and apiTimeout must not be zero".into());
         }
         if let Some(v) = settings.get("binary").filter(|v| !v.is_empty()) {
             parsed.binary = PathBuf::from(v);

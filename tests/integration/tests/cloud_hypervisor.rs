@@ -321,6 +321,65 @@ async fn a_qcow2_image_becomes_an_overlay_the_vmm_is_told_to_follow() {
     rig.assert_conformant();
 }
 
+/// Calls `ensure` until the machine settles at `want`, riding out transient errors;
+/// returns the transient reasons seen, in order, without repeats.
+async fn settle_through(
+    backend: &ChBackend,
+    req: &MachineRequest,
+    want: PowerState,
+) -> Vec<String> {
+    let started = Instant::now();
+    let mut reasons: Vec<String> = Vec::new();
+    loop {
+        assert!(
+            started.elapsed() < WAIT,
+            "never settled at {want:?}; saw {reasons:?}"
+        );
+        match backend.ensure(req).await {
+            Ok(obs) if obs.settled_at(want) => return reasons,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) if e.is_transient() => {
+                if reasons.last() != Some(&e.reason) {
+                    reasons.push(e.reason.clone());
+                }
+                tokio::time::sleep(
+                    e.retry_after
+                        .unwrap_or(Duration::from_millis(100))
+                        .min(Duration::from_millis(500)),
+                )
+                .await;
+            }
+            Err(e) => panic!("terminal: {e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_vmm_is_killed_and_restarted() {
+    let rig = ChRig::new(FAKE, Guest::Exit);
+    let backend = backend(&rig, &[("apiTimeout", "300ms"), ("hangTimeout", "1s")]);
+    let uid = "0c0ffee0-0000-4000-8000-000000000006";
+    let on = request(&rig, uid, "PoweredOn", None);
+    settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    let first = rig.vmm_pids(uid);
+    assert_eq!(first.len(), 1);
+    // Frozen: alive, socket open, no answers.
+    let status = std::process::Command::new("kill")
+        .args(["-STOP", &first[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let reasons = settle_through(&backend, &on, PowerState::PoweredOn).await;
+    assert_eq!(reasons, ["VMMUnreachable", "VMMHung", "VMMExited"]);
+    let second = rig.vmm_pids(uid);
+    assert_eq!(second.len(), 1);
+    assert_ne!(second, first, "a new VMM");
+    assert_eq!(rig.state(uid).unwrap()["restarts"], 1);
+    assert_eq!(backend.delete(&on.identity).await.unwrap(), Deletion::Gone);
+    assert!(rig.all_vmm_pids().is_empty());
+    rig.assert_conformant();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_are_classified() {
     let rig = ChRig::new(FAKE, Guest::Exit);
