@@ -425,6 +425,14 @@ impl VSphereBackend {
         spec: &VSphereMachineSpec,
     ) -> Result<MachineObservation, BackendError> {
         let identity = &request.identity;
+        if let Some(policy) = &spec.storage_policy_name {
+            return Err(BackendError::terminal(
+                "StoragePolicyUnsupported",
+                format!(
+                    "storagePolicyName {policy:?}: storage policies are not supported yet; name a datastore"
+                ),
+            ));
+        }
         let template = self
             .resolve_template(&spec.template)
             .await?
@@ -594,7 +602,7 @@ impl VSphereBackend {
         vm: &Vm,
         spec: &VSphereMachineSpec,
     ) -> Result<Vec<methods::DeviceChange>, BackendError> {
-        if spec.network.is_empty() && spec.disk_gib.is_none() {
+        if spec.network.is_empty() && spec.disk_gib.is_none() && spec.additional_disks.is_empty() {
             return Ok(Vec::new());
         }
         let devices = self
@@ -618,6 +626,7 @@ impl VSphereBackend {
         if let Some(gib) = spec.disk_gib {
             changes.extend(devices::disk_grow(&devices, gib));
         }
+        changes.extend(devices::disk_adds(&devices, &spec.additional_disks)?);
         Ok(changes)
     }
 

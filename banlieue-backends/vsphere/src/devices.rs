@@ -4,6 +4,8 @@
 //! `config.hardware.device`, changed in place and sent back whole, as vSphere replaces
 //! a device on `edit`.
 
+use banlieue_sdk::api::common::DiskProvisioning;
+use banlieue_sdk::api::infra::MachineDisk;
 use banlieue_sdk::backend::BackendError;
 
 use crate::client::methods::DeviceChange;
@@ -135,6 +137,7 @@ pub fn nic_edits(
             }
             DeviceChange {
                 operation: "edit".into(),
+                file_operation: None,
                 device,
             }
         })
@@ -160,8 +163,95 @@ pub fn disk_grow(devices: &[Element], gib: u32) -> Option<DeviceChange> {
     }
     Some(DeviceChange {
         operation: "edit".into(),
+        file_operation: None,
         device,
     })
+}
+
+/// The unit number a SCSI controller keeps for itself.
+const SCSI_CONTROLLER_UNIT: u32 = 7;
+/// Units on one SCSI controller.
+const SCSI_UNITS: u32 = 16;
+
+/// Adds for the machine's additional disks, on the template's first SCSI controller's
+/// free units, in order: thin, thick or eager-zeroed, on `[datastore]` when named
+/// (else next to the VM).
+pub fn disk_adds(
+    devices: &[Element],
+    disks: &[MachineDisk],
+) -> Result<Vec<DeviceChange>, BackendError> {
+    if disks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let controller = devices
+        .iter()
+        .find(|d| d.child("scsiCtlrUnitNumber").is_some())
+        .and_then(|d| d.text_at(&["key"]))
+        .ok_or_else(|| {
+            BackendError::terminal(
+                "NoDiskController",
+                "the template has no SCSI controller for additional disks",
+            )
+        })?
+        .trim()
+        .to_string();
+    let used: Vec<u32> = devices
+        .iter()
+        .filter(|d| d.text_at(&["controllerKey"]).map(str::trim) == Some(controller.as_str()))
+        .filter_map(|d| d.text_at(&["unitNumber"])?.trim().parse().ok())
+        .collect();
+    let mut free = (0..SCSI_UNITS).filter(|u| *u != SCSI_CONTROLLER_UNIT && !used.contains(u));
+    let mut out = Vec::new();
+    for (i, disk) in disks.iter().enumerate() {
+        let unit = free.next().ok_or_else(|| {
+            BackendError::terminal(
+                "TooManyDisks",
+                format!(
+                    "no free unit on SCSI controller {controller} for disk {:?}",
+                    disk.name
+                ),
+            )
+        })?;
+        let (thin, eager) = match disk.provisioning {
+            DiskProvisioning::Thin => (true, false),
+            DiskProvisioning::Thick => (false, false),
+            DiskProvisioning::EagerZeroed => (false, true),
+        };
+        let kb = u64::from(disk.size_gib) * 1024 * 1024;
+        let file = disk
+            .storage
+            .as_ref()
+            .map(|ds| format!("[{ds}]"))
+            .unwrap_or_default();
+        out.push(DeviceChange {
+            operation: "add".into(),
+            file_operation: Some("create".into()),
+            device: Element {
+                name: "device".into(),
+                xsi_type: Some("VirtualDisk".into()),
+                children: vec![
+                    // Negative keys are placeholders vSphere replaces.
+                    Element::leaf("key", format!("-{}", 101 + i)),
+                    Element {
+                        name: "backing".into(),
+                        xsi_type: Some("VirtualDiskFlatVer2BackingInfo".into()),
+                        children: vec![
+                            Element::leaf("fileName", file),
+                            Element::leaf("diskMode", "persistent"),
+                            Element::leaf("thinProvisioned", thin.to_string()),
+                            Element::leaf("eagerlyScrub", eager.to_string()),
+                        ],
+                        ..Default::default()
+                    },
+                    Element::leaf("controllerKey", controller.clone()),
+                    Element::leaf("unitNumber", unit.to_string()),
+                    Element::leaf("capacityInKB", kb.to_string()),
+                ],
+                ..Default::default()
+            },
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -227,6 +317,32 @@ mod tests {
         };
         let e = nic_edits(&template_devices(), &[want.clone(), want]).unwrap_err();
         assert_eq!(e.reason, "TooManyNetworkDevices");
+    }
+
+    #[test]
+    fn additional_disks_go_to_free_scsi_units() {
+        let disks: Vec<MachineDisk> = serde_json::from_value(serde_json::json!([
+            {"name": "data", "sizeGiB": 50, "storage": "LocalDS_1", "provisioning": "eagerZeroed"},
+            {"name": "logs", "sizeGiB": 5},
+        ]))
+        .unwrap();
+        let adds = disk_adds(&template_devices(), &disks).unwrap();
+        assert_eq!(adds.len(), 2);
+        let d = &adds[0].device;
+        assert_eq!(adds[0].file_operation.as_deref(), Some("create"));
+        assert_eq!(d.text_at(&["capacityInKB"]), Some("52428800"));
+        assert_eq!(d.text_at(&["backing", "fileName"]), Some("[LocalDS_1]"));
+        assert_eq!(d.text_at(&["backing", "eagerlyScrub"]), Some("true"));
+        let units: Vec<&str> = adds
+            .iter()
+            .map(|a| a.device.text_at(&["unitNumber"]).unwrap())
+            .collect();
+        // The template's disk holds unit 0.
+        assert_eq!(units, ["1", "2"]);
+        assert_eq!(
+            adds[1].device.text_at(&["backing", "thinProvisioned"]),
+            Some("true")
+        );
     }
 
     #[test]

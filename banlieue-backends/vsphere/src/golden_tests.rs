@@ -15,7 +15,7 @@ use crate::backend::{VM_PATHS, Vm};
 use crate::client::methods::{self, CloneSpec, ConfigSpec, RelocateSpec, TASK_PATHS, TaskState};
 use crate::client::soap::{self, Answer};
 use crate::client::{Element, MoRef, Objects, PropertySpec};
-use crate::{guestinfo, inventory};
+use crate::{devices, guestinfo, inventory};
 
 fn dir(kind: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/{kind}"))
@@ -67,6 +67,41 @@ fn clone_spec(snapshot: bool) -> CloneSpec {
         power_on: false,
         snapshot: snapshot.then(|| MoRef::new("VirtualMachineSnapshot", "@SNAPSHOT@")),
     }
+}
+
+/// A reconfigure with every device change banlieue makes, from the template's
+/// devices as vcsim reports them: NIC onto a standard port group with a fixed MAC,
+/// disk grown, a data disk added.
+fn reconfig_devices() -> String {
+    let Answer::Response(r) = response("template_devices") else {
+        panic!("fault")
+    };
+    let (objects, _) = methods::decode_retrieve_result(&r);
+    let devices = devices::devices(objects[0].prop("config.hardware.device").unwrap());
+    let mut changes = devices::nic_edits(
+        &devices,
+        &[devices::WantedNic {
+            backing: devices::NetworkBacking::Standard {
+                name: "VM Network".into(),
+                network: MoRef::new("Network", "network-7"),
+            },
+            mac_address: Some("00:50:56:3f:00:01".into()),
+        }],
+    )
+    .unwrap();
+    changes.extend(devices::disk_grow(&devices, 20));
+    let disks: Vec<banlieue_sdk::api::infra::MachineDisk> = serde_json::from_value(
+        serde_json::json!([{"name": "data", "sizeGiB": 30, "storage": "LocalDS_1"}]),
+    )
+    .unwrap();
+    changes.extend(devices::disk_adds(&devices, &disks).unwrap());
+    methods::reconfig_vm_task(
+        &clone(),
+        &ConfigSpec {
+            device_change: changes,
+            ..Default::default()
+        },
+    )
 }
 
 /// Every request, in the order capture.sh sends them.
@@ -163,6 +198,7 @@ fn requests() -> Vec<(&'static str, String)> {
                 },
             ),
         ),
+        ("11b_reconfig_devices", reconfig_devices()),
         (
             "12_power_on_vm_task",
             methods::vm_call("PowerOnVM_Task", &clone()),

@@ -33,6 +33,7 @@
 //! 2. **Configure** once (`ReconfigVM_Task`): the template's network devices, in
 //!    order, moved to the machine's port groups (`network[].networkName`, standard or
 //!    distributed; `macAddress` fixes the MAC), the first disk grown to `diskGiB`,
+//!    `additionalDisks` added on the template's SCSI controller,
 //!    `guestinfo.metadata` (instance-id,
 //!    hostname, network config) and `guestinfo.userdata`, or
 //!    `guestinfo.ignition.config.data` for Ignition, all base64 with their
@@ -78,7 +79,7 @@
 //! | `datacenter` | name | the only one | the datacenter when neither machine nor failure domain names one |
 //!
 //! Other keys are ignored. Not yet supported: content-library images, storage
-//! policies, additional disks, adding network devices beyond the template's, and
+//! policies (a terminal `StoragePolicyUnsupported`), adding network devices beyond the template's, and
 //! static IPs from IPAM (DHCP is assumed; `network` config in the bootstrap data is
 //! passed through to cloud-init).
 #![warn(missing_docs)]

@@ -48,6 +48,7 @@ fn connection(sim: &Vcsim, password: &str) -> Connection {
 fn request(uid: &str, template: &str, linked: bool) -> MachineRequest {
     let spec = serde_json::from_value(json!({
         "template": template, "numCPUs": 2, "memoryMiB": 2048, "diskGiB": 20,
+        "additionalDisks": [{"name": "data", "sizeGiB": 30, "storage": "LocalDS_1"}],
         "cloneMode": if linked { "LinkedClone" } else { "FullClone" },
         // Full clones on a standard port group with a fixed MAC, linked ones on the
         // distributed port group.
@@ -142,7 +143,11 @@ async fn the_backend_clones_configures_powers_and_deletes_on_vcsim() {
         );
         assert!(decoded(&vm, "guestinfo.metadata").contains(&uid));
         assert_eq!(o.failure_domain.as_deref(), Some("DC0/DC0_C1"));
-        assert_eq!(vm["diskKB"], 20 * 1024 * 1024, "{vm}");
+        assert_eq!(
+            vm["disksKB"],
+            json!([20 * 1024 * 1024, 30 * 1024 * 1024]),
+            "{vm}"
+        );
         let nic = &vm["nics"][0];
         if linked {
             assert!(
@@ -544,7 +549,12 @@ async fn task_failures_and_soap_faults_become_conditions_with_vspheres_message()
         "Insufficient disk space on datastore 'LocalDS_0'.",
         1,
     );
-    sim.fail("PowerOnVM_Task", "host DC0_C0_H0 is in maintenance mode", 2);
+    // Until cleared: the condition must stay long enough for the test to see it.
+    sim.fail(
+        "PowerOnVM_Task",
+        "host DC0_C0_H0 is in maintenance mode",
+        1000,
+    );
     apply(&ns.client, &ns.name, &vm(&ns, "app-1"))
         .await
         .unwrap();
@@ -558,11 +568,13 @@ async fn task_failures_and_soap_faults_become_conditions_with_vspheres_message()
     })
     .await;
     // Reported for failedCloneBackoff (3 s here), then cloned again; the power-on
-    // fault comes next and is retried.
+    // fault comes next and is retried until it clears.
     wait_for(&machines, "app-1", WAIT, |m| {
         has_condition(m, "VSphereFault", "maintenance mode")
     })
     .await;
+    assert!(sim.calls("PowerOnVM_Task") >= 1);
+    sim.clear_faults();
     let vms: Api<VirtualMachine> = ns.api();
     let ready = wait_for(&vms, "app-1", WAIT, |v| is_ready(v) && has_address(v)).await;
     assert!(ready.status.unwrap().provider_id.is_some());

@@ -15,7 +15,7 @@
 // Then it reads one JSON command per line on stdin and answers one JSON line on stdout
 // ({"ok": true, ...} or {"ok": false, "error": "..."}). Commands ("cmd"):
 //
-//	vms                              every VM: name, moref, biosUUID, power, template, cpus, memoryMB, extraConfig, ip, pool, nics, diskKB
+//	vms                              every VM: name, moref, biosUUID, power, template, cpus, memoryMB, extraConfig, ip, pool, nics, diskKB (the first disk), disksKB
 //	sessions                         the vCenter sessions (the harness's own left out)
 //	terminate_sessions               end every session (as an expiry would)
 //	fail_task {method, message, times}   the next calls of a *_Task method start a task that fails with message
@@ -440,10 +440,14 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 		}
 		nics := []map[string]string{}
 		diskKB := int64(0)
+		disksKB := []int64{}
 		if vm.Config != nil {
 			for _, d := range vm.Config.Hardware.Device {
-				if disk, ok := d.(*types.VirtualDisk); ok && diskKB == 0 {
-					diskKB = disk.CapacityInKB
+				if disk, ok := d.(*types.VirtualDisk); ok {
+					if diskKB == 0 {
+						diskKB = disk.CapacityInKB
+					}
+					disksKB = append(disksKB, disk.CapacityInKB)
 				}
 				card, ok := d.(types.BaseVirtualEthernetCard)
 				if !ok {
@@ -470,7 +474,7 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 		out = append(out, map[string]any{
 			"name": vm.Name, "moref": vm.Self.Value, "biosUUID": uuid, "power": string(vm.Runtime.PowerState),
 			"template": template, "cpus": cpus, "memoryMB": mem, "extraConfig": extra,
-			"ip": ip, "pool": pool, "nics": nics, "diskKB": diskKB,
+			"ip": ip, "pool": pool, "nics": nics, "diskKB": diskKB, "disksKB": disksKB,
 		})
 	}
 	return out, nil

@@ -280,10 +280,11 @@ impl ConfigSpec {
             x.text("memoryMB", v);
         }
         for change in &self.device_change {
-            x.open("deviceChange")
-                .text("operation", &change.operation)
-                .element("device", &change.device)
-                .close("deviceChange");
+            x.open("deviceChange").text("operation", &change.operation);
+            if let Some(op) = &change.file_operation {
+                x.text("fileOperation", op);
+            }
+            x.element("device", &change.device).close("deviceChange");
         }
         for (k, v) in &self.extra_config {
             x.open_typed("extraConfig", "OptionValue")
@@ -303,6 +304,8 @@ impl ConfigSpec {
 pub struct DeviceChange {
     /// `add`, `edit` or `remove`.
     pub operation: String,
+    /// `create` for a new disk's file.
+    pub file_operation: Option<String>,
     /// The whole device (vSphere replaces the device on `edit`).
     pub device: Element,
 }
