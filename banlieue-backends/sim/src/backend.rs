@@ -217,6 +217,7 @@ impl Backend for SimBackend {
             power,
             failure_domains,
             bootstrap: request.bootstrap.clone(),
+            static_addresses: banlieue_sdk::capi::ipam::static_addresses(&request.spec),
             capacity: self.settings.capacity,
             latency,
         };

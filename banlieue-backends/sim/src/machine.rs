@@ -96,6 +96,7 @@ pub(crate) struct Machine {
     pub(crate) backend_ref: String,
     pub(crate) failure_domain: String,
     pub(crate) address: Ipv4Addr,
+    pub(crate) static_addresses: Vec<String>,
     pub(crate) cpus: u32,
     pub(crate) memory_mib: u64,
     /// True once the `Create` step completed.
@@ -149,16 +150,22 @@ impl Machine {
             provider_id: self.created.then(|| self.provider_id.clone()),
             power_state: self.created.then_some(self.power),
             addresses: if on {
-                vec![
-                    MachineAddress {
+                let internal = if self.static_addresses.is_empty() {
+                    vec![self.address.to_string()]
+                } else {
+                    self.static_addresses.clone()
+                };
+                internal
+                    .into_iter()
+                    .map(|address| MachineAddress {
                         type_: MachineAddressType::InternalIp,
-                        address: self.address.to_string(),
-                    },
-                    MachineAddress {
+                        address,
+                    })
+                    .chain([MachineAddress {
                         type_: MachineAddressType::Hostname,
                         address: self.identity.name.clone(),
-                    },
-                ]
+                    }])
+                    .collect()
             } else {
                 Vec::new()
             },

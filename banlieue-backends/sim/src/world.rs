@@ -38,6 +38,8 @@ pub(crate) struct NewMachine<'a> {
     /// Candidate failure domains: the least loaded is chosen, the first on ties.
     pub failure_domains: Vec<&'a str>,
     pub bootstrap: Option<BootstrapData>,
+    /// Addresses the spec fixes (`ipam.mode: static`), reported instead of the pool's.
+    pub static_addresses: Vec<String>,
     pub capacity: Option<usize>,
     pub latency: Duration,
 }
@@ -247,6 +249,7 @@ impl World {
                 .backend_ref(serial, &failure_domain, new.identity, &uuid),
             failure_domain,
             address,
+            static_addresses: new.static_addresses,
             cpus: new.cpus,
             memory_mib: new.memory_mib,
             created: false,

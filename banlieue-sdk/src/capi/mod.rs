@@ -8,6 +8,7 @@
 
 pub mod capacity;
 pub mod failure_domains;
+pub mod ipam;
 pub mod metadata;
 pub mod objects;
 

@@ -78,6 +78,77 @@ pub struct ClusterSpec {
     pub infrastructure_ref: Option<ContractVersionedObjectReference>,
 }
 
+/// A reference to an IPAM pool (`apiGroup`, `kind`, `name`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolReference {
+    /// The pool's API group, e.g. `ipam.cluster.x-k8s.io`.
+    pub api_group: String,
+    /// The pool's kind, e.g. `InClusterIPPool`.
+    pub kind: String,
+    /// The pool's name.
+    pub name: String,
+}
+
+/// `IPAddressClaim.spec` (`ipam.cluster.x-k8s.io/v1beta2`): banlieue creates these, one
+/// per network device that takes its address from a pool.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "ipam.cluster.x-k8s.io",
+    version = "v1beta2",
+    kind = "IPAddressClaim",
+    namespaced,
+    schema = "disabled",
+    status = "IPAddressClaimStatus",
+    doc = "A Cluster API IPAM claim for one address from a pool."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct IPAddressClaimSpec {
+    /// The Cluster the claiming machine belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+    /// The pool to allocate from.
+    pub pool_ref: PoolReference,
+}
+
+/// `IPAddressClaim.status`, the part banlieue reads.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct IPAddressClaimStatus {
+    /// The IPAddress the pool's provider allocated, once it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address_ref: Option<AddressReference>,
+}
+
+/// `IPAddressClaim.status.addressRef`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct AddressReference {
+    /// The IPAddress's name.
+    pub name: String,
+}
+
+/// `IPAddress.spec` (`ipam.cluster.x-k8s.io/v1beta2`): what a pool's provider
+/// allocated for a claim.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "ipam.cluster.x-k8s.io",
+    version = "v1beta2",
+    kind = "IPAddress",
+    namespaced,
+    schema = "disabled",
+    doc = "A Cluster API IPAM address allocated for a claim."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct IPAddressSpec {
+    /// The address, e.g. `10.0.0.5`.
+    pub address: String,
+    /// The prefix length, e.g. `24`.
+    pub prefix: u8,
+    /// The gateway, if the pool has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,7 +53,12 @@ fn capi_machine_with_secret(name: &str, failure_domain: Option<&str>, secret: &s
 
 fn dynamic(client: &kube::Client, ns: &str, object: &Value) -> Api<DynamicObject> {
     let gvk = gvk_of(object);
-    let plural = format!("{}s", gvk.kind.to_lowercase());
+    let kind = gvk.kind.to_lowercase();
+    let plural = if kind.ends_with('s') {
+        format!("{kind}es")
+    } else {
+        format!("{kind}s")
+    };
     Api::namespaced_with(
         client.clone(),
         ns,
@@ -378,4 +383,95 @@ async fn a_cluster_across_two_providers_through_the_real_capi_manager() {
             "VMs left on {endpoint}"
         );
     }
+}
+
+/// A machine whose network device takes its address from a CAPI IPAM pool: banlieue
+/// claims it (claim owned by the machine), waits for the pool's provider — played
+/// here by the test, as the in-cluster IPAM provider would — builds the VM with that
+/// address, and releases the claim on delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn addresses_come_from_an_ipam_pool_and_are_released() {
+    let Some(_capi) = Capi::start() else { return };
+    let ns = banlieue_testenv::namespace("capi-ipam").await;
+    let client = ns.client.clone();
+    let _operator = Operator::start_with(client.clone(), &ns.name, Duration::from_secs(10));
+    let pool =
+        json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "lan"});
+    apply(&client, &ns.name, &sim_provider(&ns.name, "vc1", "zone-a"))
+        .await
+        .unwrap();
+    let mut spec = vsphere_machine_spec();
+    spec["providerRef"] = json!({"name": "vc1"});
+    spec["network"] =
+        json!([{"networkName": "VM Network", "ipam": {"mode": "pool", "poolRef": pool}}]);
+    apply(
+        &client,
+        &ns.name,
+        &json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "VSphereMachine",
+        "metadata": {"name": "m"}, "spec": spec}),
+    )
+    .await
+    .unwrap();
+
+    let machines: Api<VSphereMachine> = Api::namespaced(client.clone(), &ns.name);
+    let claims = dynamic(
+        &client,
+        &ns.name,
+        &json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim"}),
+    );
+    let addresses = dynamic(
+        &client,
+        &ns.name,
+        &json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress"}),
+    );
+    let claim = wait_for(&claims, "m-ip-0", WAIT, |_| true).await;
+    let machine = wait_for(&machines, "m", WAIT, |m| {
+        m.status.as_ref().is_some_and(|s| {
+            conditions::get(&s.conditions, "Ready")
+                .is_some_and(|c| c.reason == "WaitingForIPAddress")
+        })
+    })
+    .await;
+    assert!(
+        claim
+            .owner_references()
+            .iter()
+            .any(|o| o.uid == machine.uid().unwrap() && o.controller == Some(true))
+    );
+    assert_eq!(claim.data["spec"]["poolRef"], pool);
+    assert!(
+        machine.spec.provider_id.is_none(),
+        "built before its address was allocated"
+    );
+
+    // The pool's provider allocates.
+    apply(&client, &ns.name, &json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+        "metadata": {"name": "m-ip-0"},
+        "spec": {"claimRef": {"name": "m-ip-0"}, "poolRef": pool, "address": "10.20.0.7", "prefix": 24, "gateway": "10.20.0.1"}}))
+        .await
+        .unwrap();
+    claims
+        .patch_status(
+            "m-ip-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"addressRef": {"name": "m-ip-0"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for(&machines, "m", WAIT, |m| {
+        m.spec.provider_id.is_some()
+            && m.status
+                .as_ref()
+                .is_some_and(|s| s.addresses.iter().any(|a| a.address == "10.20.0.7"))
+    })
+    .await;
+
+    machines
+        .delete("m", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&machines, "m", WAIT).await;
+    wait_gone(&claims, "m-ip-0", WAIT).await;
+    // The address object is the pool provider's to remove once the claim is gone.
+    assert!(addresses.get_opt("m-ip-0").await.unwrap().is_some());
 }

@@ -29,6 +29,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 mod capi;
+mod ipam;
 
 use super::MACHINE_FINALIZER;
 use super::context::{Context, key_of};
@@ -313,9 +314,25 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             }
         },
     };
+    let spec = match ipam::ensure(machine, ctx, machine.backend_spec()).await? {
+        ipam::Addresses::Resolved(spec) => *spec,
+        ipam::Addresses::Waiting { reason, message } => {
+            write_status(
+                machine,
+                ctx,
+                Outcome::Waiting {
+                    reason,
+                    message: &message,
+                },
+                None,
+            )
+            .await?;
+            return Ok(Action::requeue(ipam::RECHECK));
+        }
+    };
     let request = MachineRequest {
         identity: identity(machine),
-        spec: machine.backend_spec(),
+        spec,
         failure_domain: match &placement {
             Some(p) => p.failure_domain.clone(),
             None => machine
@@ -402,6 +419,7 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
         .map_err(Error::Backend)?
     {
         Deletion::Gone => {
+            ipam::release(machine, ctx).await?;
             ctx.succeeded(&key_of(machine));
             Ok(Action::await_change())
         }
