@@ -279,14 +279,16 @@ impl ChBackend {
         power: PowerState,
         pending: Option<Pending>,
     ) -> MachineObservation {
-        let addresses = match spec {
-            Some(spec) if power == PowerState::PoweredOn => addresses::addresses(
+        let interfaces = spec.map_or(&record.interfaces, |s| &s.network);
+        let addresses = if power == PowerState::PoweredOn {
+            addresses::addresses(
                 &record.name,
-                &spec.network,
+                interfaces,
                 &record.macs,
                 self.settings.dhcp_leases.as_deref(),
-            ),
-            _ => Vec::new(),
+            )
+        } else {
+            Vec::new()
         };
         MachineObservation {
             provider_id: Some(format!("cloud-hypervisor://{}", record.uid)),

@@ -101,6 +101,7 @@ pub async fn prepare(
         restarts: 0,
         config: vm_config,
         macs,
+        interfaces: spec.network.clone(),
     };
     state::save_in(&partial, &record)?;
     tokio::fs::rename(&partial, dir.path())

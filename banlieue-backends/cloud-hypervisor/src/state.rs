@@ -17,6 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorNetworkInterface;
 use banlieue_sdk::backend::BackendError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -64,6 +65,9 @@ pub struct Record {
     pub config: Value,
     /// The MAC of each interface, in order (for DHCP lease lookups).
     pub macs: Vec<String>,
+    /// The interfaces as specified (IPAM), so `observe` reports addresses without a spec.
+    #[serde(default)]
+    pub interfaces: Vec<CloudHypervisorNetworkInterface>,
 }
 
 /// Milliseconds since the epoch.

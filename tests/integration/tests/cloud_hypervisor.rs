@@ -196,6 +196,10 @@ async fn the_backend_runs_a_machine_through_its_life_within_the_openapi_document
         .unwrap()
         .expect("observed");
     assert_eq!(observed.power_state, Some(PowerState::PoweredOn));
+    assert_eq!(
+        observed.addresses, obs.addresses,
+        "observe reports addresses too"
+    );
 
     // Suspend and resume.
     let paused = request(&rig, uid, "Suspended", None);
