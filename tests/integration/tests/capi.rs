@@ -475,3 +475,131 @@ async fn addresses_come_from_an_ipam_pool_and_are_released() {
     // The address object is the pool provider's to remove once the claim is gone.
     assert!(addresses.get_opt("m-ip-0").await.unwrap().is_some());
 }
+
+/// The same contract on a real backend: a Cluster whose VSphereCluster spans a vcsim
+/// vCenter; a CAPI Machine becomes a clone in vcsim carrying the Machine's bootstrap
+/// data in `guestinfo`, CAPI copies its providerID and addresses, and deleting the
+/// Machine destroys the clone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capi_machine_becomes_a_vcsim_clone() {
+    use banlieue_integration_tests::vcsim::Vcsim;
+    use base64::Engine as _;
+    let Some(capi) = Capi::start() else { return };
+    let Some(vc) = Vcsim::start() else { return };
+    let ns = banlieue_testenv::namespace("capi-vcsim").await;
+    let client = ns.client.clone();
+    let mut registry = banlieue_sdk::backend::BackendRegistry::default();
+    registry.register(
+        banlieue_sdk::api::common::ProviderClass::Vsphere,
+        std::sync::Arc::new(banlieue_backend_vsphere::VSphereFactory::new()),
+    );
+    let _operator = Operator::start_with_registry(
+        client.clone(),
+        &ns.name,
+        registry,
+        std::sync::Arc::new(banlieue_backend_sim::SimFactory::new()),
+        Duration::from_secs(5),
+    );
+    let fail = |what: &str| format!("{what}\n--- CAPI manager log ---\n{}", capi.log_tail(40));
+    for object in [
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vc-credentials"},
+               "stringData": {"username": vc.ready.username, "password": vc.ready.password}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "vc"},
+               "spec": {"class": "vsphere",
+                        "connection": {"endpoint": format!("{}/sdk", vc.ready.endpoint),
+                                       "credentialsRef": {"name": "vc-credentials"},
+                                       "caBundle": {"inline": vc.ready.ca_pem}},
+                        "settings": {"taskPollInterval": "100ms", "shutdownTimeout": "2s"}}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "w1-bootstrap"},
+               "stringData": {"value": "#cloud-config\nhostname: w1\n", "format": "cloud-config"}}),
+        json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "VSphereCluster", "metadata": {"name": "c1"},
+               "spec": {"providerRefs": [{"name": "vc"}],
+                        "controlPlaneEndpoint": {"host": "192.0.2.20", "port": 6443}}}),
+        json!({"apiVersion": CAPI, "kind": "Cluster", "metadata": {"name": "c1"},
+               "spec": {"infrastructureRef": {"apiGroup": INFRA, "kind": "VSphereCluster", "name": "c1"}}}),
+        json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "VSphereMachine", "metadata": {"name": "w1"},
+               "spec": {"template": vc.ready.template, "numCPUs": 1, "memoryMiB": 1024,
+                        "network": [{"networkName": "VM Network"}]}}),
+    ] {
+        apply(&client, &ns.name, &object)
+            .await
+            .unwrap_or_else(|e| panic!("{}", fail(&format!("apply: {e}"))));
+    }
+    let capi_clusters = dynamic(
+        &client,
+        &ns.name,
+        &json!({"apiVersion": CAPI, "kind": "Cluster"}),
+    );
+    let cluster = wait_for(&capi_clusters, "c1", WAIT, |c| {
+        c.data["status"]["initialization"]["infrastructureProvisioned"] == json!(true)
+            && names(&c.data["status"]["failureDomains"])
+                == set(&["vc/DC0/DC0_C0", "vc/DC0/DC0_C1"])
+    })
+    .await;
+    assert_eq!(
+        cluster.data["status"]["failureDomains"][1]["attributes"]["banlieue.io/failure-domain"],
+        "DC0/DC0_C1"
+    );
+
+    let capi_machines = dynamic(&client, &ns.name, &capi_machine("w1", None));
+    apply(
+        &client,
+        &ns.name,
+        &capi_machine_with_secret("w1", Some("vc/DC0/DC0_C1"), "w1-bootstrap"),
+    )
+    .await
+    .unwrap();
+    let m = wait_for(&capi_machines, "w1", WAIT, |m| {
+        m.data["status"]["initialization"]["infrastructureProvisioned"] == json!(true)
+            && m.data["spec"]["providerID"].is_string()
+            && m.data["status"]["addresses"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+    })
+    .await;
+    let machines: Api<VSphereMachine> = Api::namespaced(client.clone(), &ns.name);
+    let uid = machines.get("w1").await.unwrap().uid().unwrap();
+    let clone = vc
+        .vms()
+        .into_iter()
+        .find(|v| v["extraConfig"]["banlieue.uid"] == uid.as_str())
+        .expect("a clone in vcsim carrying the VSphereMachine's uid");
+    assert_eq!(
+        m.data["spec"]["providerID"],
+        json!(format!("vsphere://{}", clone["biosUUID"].as_str().unwrap()))
+    );
+    assert_eq!(m.data["status"]["failureDomain"], "vc/DC0/DC0_C1");
+    assert!(
+        m.data["status"]["addresses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["address"] == clone["ip"])
+    );
+    let userdata = clone["extraConfig"]["guestinfo.userdata"].as_str().unwrap();
+    let userdata = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(userdata)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(userdata, "#cloud-config\nhostname: w1\n");
+    assert_eq!(clone["power"], "poweredOn");
+
+    capi_machines
+        .delete("w1", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&machines, "w1", WAIT).await;
+    assert!(
+        !vc.vms()
+            .iter()
+            .any(|v| v["extraConfig"]["banlieue.uid"] == uid.as_str()),
+        "the clone outlived its Machine"
+    );
+    capi_clusters
+        .delete("c1", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&capi_clusters, "c1", WAIT).await;
+}
