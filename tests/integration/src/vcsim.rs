@@ -179,6 +179,11 @@ impl Vcsim {
             .unwrap_or_default()
     }
 
+    /// Every task waits `ms` milliseconds before it runs (clones stay in flight).
+    pub fn task_delay(&self, ms: u64) {
+        self.command(json!({"cmd": "task_delay", "ms": ms}));
+    }
+
     /// Forgets injected faults.
     pub fn clear_faults(&self) {
         self.command(json!({"cmd": "clear_faults"}));

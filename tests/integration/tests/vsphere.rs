@@ -205,6 +205,56 @@ async fn the_backend_clones_configures_powers_and_deletes_on_vcsim() {
     assert!(sim.sessions().is_empty(), "{:?}", sim.sessions());
 }
 
+/// An operator restart while a clone is in flight: the new backend knows nothing of
+/// the task, clones again, vSphere refuses the name (DuplicateName, transient), and
+/// once the first clone is done the VM is found by its instance UUID. One VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_a_clone_never_clones_twice() {
+    let Some(sim) = Vcsim::start() else { return };
+    sim.task_delay(1500);
+    let mut connection = connection(&sim, &sim.ready.password);
+    connection
+        .settings
+        .insert("failedCloneBackoff".into(), "200ms".into());
+    let req = request(
+        "00000003-1111-4000-8000-000000000000",
+        &sim.ready.template,
+        false,
+    );
+    let before = VSphereFactory::new().connect_vsphere(&connection).unwrap();
+    let first = before.ensure(&req).await.unwrap();
+    assert_eq!(
+        first.pending.as_ref().map(|p| p.operation.as_str()),
+        Some("Cloning")
+    );
+    drop(before);
+    let after = VSphereFactory::new().connect_vsphere(&connection).unwrap();
+    let mut saw_duplicate = false;
+    let mut settled = false;
+    for _ in 0..400 {
+        match after.ensure(&req).await {
+            Ok(o) if o.settled_at(PowerState::PoweredOn) => {
+                settled = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(e) if e.is_transient() => {
+                saw_duplicate |= e.message.contains("DuplicateName");
+            }
+            Err(e) => panic!("{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(settled, "the machine settled");
+    assert!(saw_duplicate, "the second clone was refused by name");
+    let named = sim
+        .vms()
+        .into_iter()
+        .filter(|v| v["name"] == req.identity.name.as_str())
+        .count();
+    assert_eq!(named, 1, "one VM");
+}
+
 /// A Provider `name` on `sim` (password `password`) with storage class `fast`
 /// (LocalDS_0) and network class `lan` (VM Network).
 fn provider(sim: &Vcsim, name: &str, password: &str) -> [Value; 2] {

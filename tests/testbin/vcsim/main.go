@@ -21,6 +21,7 @@
 //	fail_task {method, message, times}   the next calls of a *_Task method start a task that fails with message
 //	fail {method, message, times}    answer calls of a method with a SOAP fault (SystemError)
 //	clear_faults                     forget injected faults
+//	task_delay {ms}                  every task waits ms milliseconds before it runs
 //	calls                            how often each method was called, by name (the harness's own calls included)
 //
 // Powered-on VMs get a guest IP (as VMware Tools would report) after a short while:
@@ -349,6 +350,7 @@ type request struct {
 	Method  string `json:"method"`
 	Message string `json:"message"`
 	Times   int    `json:"times"`
+	Ms      int    `json:"ms"`
 }
 
 func command(ctx context.Context, c *govmomi.Client, h *harness, own, line string) (map[string]any, error) {
@@ -411,6 +413,10 @@ func command(ctx context.Context, c *govmomi.Client, h *harness, own, line strin
 		}
 		h.mu.Unlock()
 		return map[string]any{"calls": counts}, nil
+	case "task_delay":
+		// Every task waits this long before it runs (a slow vCenter; clones in flight).
+		simulator.TaskDelay.Delay = r.Ms
+		return map[string]any{}, nil
 	case "clear_faults":
 		h.mu.Lock()
 		h.tasks = map[string]*taskFault{}
