@@ -255,6 +255,32 @@ async fn a_restart_during_a_clone_never_clones_twice() {
     assert_eq!(named, 1, "one VM");
 }
 
+/// TLS is verified: without the Provider's CA the vCenter is unreachable with the
+/// TLS error as the message; `insecureSkipTLSVerify` connects anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_verified_against_the_providers_ca_bundle() {
+    let Some(sim) = Vcsim::start() else { return };
+    let mut no_ca = connection(&sim, &sim.ready.password);
+    no_ca.ca_bundle = None;
+    let backend = VSphereFactory::new().connect_vsphere(&no_ca).unwrap();
+    let error = backend.check().await.unwrap_err();
+    assert_eq!(error.reason, "Unreachable");
+    assert!(error.is_transient());
+    assert!(
+        error.message.to_lowercase().contains("certificate"),
+        "{}",
+        error.message
+    );
+    let mut insecure = no_ca.clone();
+    insecure.insecure_skip_tls_verify = true;
+    let backend = VSphereFactory::new().connect_vsphere(&insecure).unwrap();
+    assert_eq!(backend.check().await.unwrap().failure_domains.len(), 2);
+    let mut garbage = connection(&sim, &sim.ready.password);
+    garbage.ca_bundle = Some("not a certificate".into());
+    let error = VSphereFactory::new().connect_vsphere(&garbage).unwrap_err();
+    assert_eq!(error.reason, "InvalidCABundle");
+}
+
 /// A Provider `name` on `sim` (password `password`) with storage class `fast`
 /// (LocalDS_0) and network class `lan` (VM Network).
 fn provider(sim: &Vcsim, name: &str, password: &str) -> [Value; 2] {
