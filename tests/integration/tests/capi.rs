@@ -541,6 +541,16 @@ async fn a_capi_machine_becomes_a_vcsim_clone() {
         "DC0/DC0_C1"
     );
 
+    // The credentials the cluster depends on travel with it on `clusterctl move`.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), &ns.name);
+    let credentials = secrets.get("vc-credentials").await.unwrap();
+    assert!(
+        credentials
+            .labels()
+            .contains_key("clusterctl.cluster.x-k8s.io/move")
+    );
+
     let capi_machines = dynamic(&client, &ns.name, &capi_machine("w1", None));
     apply(
         &client,
@@ -602,4 +612,69 @@ async fn a_capi_machine_becomes_a_vcsim_clone() {
         .await
         .unwrap();
     wait_gone(&capi_clusters, "c1", WAIT).await;
+}
+
+/// What needs no CAPI manager: an InfraCluster another system manages
+/// (`cluster.x-k8s.io/managed-by`) is left alone, and templates let ClusterClass's
+/// server-side-apply dry runs through while staying immutable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn managed_by_is_left_alone_and_templates_take_dry_runs() {
+    let ns = banlieue_testenv::namespace("capi-rules").await;
+    let client = ns.client.clone();
+    let _operator = Operator::start_with(client.clone(), &ns.name, Duration::from_secs(5));
+    apply(&client, &ns.name, &sim_provider(&ns.name, "vc1", "zone-a"))
+        .await
+        .unwrap();
+    let cluster = |name: &str, annotations: Value| {
+        json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "VSphereCluster",
+               "metadata": {"name": name, "annotations": annotations},
+               "spec": {"providerRefs": [{"name": "vc1"}]}})
+    };
+    apply(
+        &client,
+        &ns.name,
+        &cluster(
+            "external",
+            json!({"cluster.x-k8s.io/managed-by": "someone-else"}),
+        ),
+    )
+    .await
+    .unwrap();
+    apply(&client, &ns.name, &cluster("ours", json!({})))
+        .await
+        .unwrap();
+    let clusters: Api<VSphereCluster> = Api::namespaced(client.clone(), &ns.name);
+    wait_for(&clusters, "ours", WAIT, |c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.failure_domains.len() == 1)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        clusters.get("external").await.unwrap().status.is_none(),
+        "a managed-by cluster was reconciled"
+    );
+
+    let body = json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "VSphereClusterTemplate",
+                      "metadata": {"name": "t"},
+                      "spec": {"template": {"spec": {"providerRefs": [{"name": "vc1"}]}}}});
+    apply(&client, &ns.name, &body).await.unwrap();
+    let templates = dynamic(&client, &ns.name, &body);
+    let mut dry_run = PatchParams::apply("capi-topology").force();
+    dry_run.dry_run = true;
+    // The topology controller's dry run: same template, its own metadata.
+    let mut same = body.clone();
+    same["metadata"]["annotations"] = json!({"topology.cluster.x-k8s.io/dry-run": ""});
+    templates
+        .patch("t", &dry_run, &Patch::Apply(&same))
+        .await
+        .expect("a dry run of the same template is accepted");
+    let mut changed = body.clone();
+    changed["spec"]["template"]["spec"]["providerRefs"] = json!([{"name": "vc2"}]);
+    let refused = templates
+        .patch("t", &dry_run, &Patch::Apply(&changed))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("immutable"), "{refused}");
 }
