@@ -522,6 +522,13 @@ async fn the_fake_vmm_records_and_refuses_requests_outside_the_openapi_document(
 // Through the operator.
 
 async fn world(prefix: &str, rig: &ChRig) -> (TestNamespace, Operator) {
+    let ns = fixtures(prefix, rig).await;
+    let operator = start_operator(&ns);
+    (ns, operator)
+}
+
+/// A namespace with a `cloud-hypervisor` Provider `ch` on the rig, a class and an image.
+async fn fixtures(prefix: &str, rig: &ChRig) -> TestNamespace {
     let ns = banlieue_testenv::namespace(prefix).await;
     let objects = [
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "ch"},
@@ -543,8 +550,7 @@ async fn world(prefix: &str, rig: &ChRig) -> (TestNamespace, Operator) {
     for object in &objects {
         apply(&ns.client, &ns.name, object).await.expect("fixture");
     }
-    let operator = start_operator(&ns);
-    (ns, operator)
+    ns
 }
 
 fn start_operator(ns: &TestNamespace) -> Operator {
@@ -828,5 +834,102 @@ async fn a_killed_vmm_is_reported_and_restarted_only_when_the_machine_should_run
     vms.delete("k-1", &DeleteParams::default()).await.unwrap();
     wait_gone(&machines, "k-1", WAIT).await;
     assert!(rig.all_vmm_pids().is_empty());
+    rig.assert_conformant();
+}
+
+/// The operator as a process of its own (the `ch-operator` bin); killed on drop.
+struct OperatorProcess(std::process::Child);
+
+impl OperatorProcess {
+    fn start(ns: &TestNamespace, log: &std::path::Path) -> Self {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_ch-operator"))
+            .arg(banlieue_testenv::kubeconfig_path())
+            .arg(&ns.name)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting ch-operator");
+        Self(child)
+    }
+
+    fn kill(mut self) {
+        kill(self.0.id());
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The parent pid of a process.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_operator_process_leaves_its_vmms_running_and_the_next_adopts_them() {
+    let rig = ChRig::new(FAKE, Guest::Exit);
+    let ns = fixtures("ch-opkill", &rig).await;
+    let log = rig.state_dir.with_file_name("operator.log");
+    let first = OperatorProcess::start(&ns, &log);
+    let first_pid = first.0.id();
+    let vms: Api<VirtualMachine> = ns.api();
+    apply(&ns.client, &ns.name, &vm(&ns, "p-1", "52:54:00:c0:ff:41"))
+        .await
+        .unwrap();
+    wait_for(&vms, "p-1", WAIT, is_ready).await;
+    let uid = machine_uid(&ns, "p-1").await;
+    let pids = rig.vmm_pids(&uid);
+    assert_eq!(pids.len(), 1);
+    assert_eq!(
+        parent_of(pids[0]),
+        Some(first_pid),
+        "the operator started it"
+    );
+
+    // kill -9 the operator: its VMM lives on, handed to another parent.
+    first.kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rig.vmm_pids(&uid), pids, "the VMM outlives the operator");
+    assert_ne!(parent_of(pids[0]), Some(first_pid));
+
+    // The next operator adopts it: same process, no second vm.create, power still works.
+    let _second = OperatorProcess::start(&ns, &log);
+    set_power(&vms, "p-1", "Suspended").await;
+    wait_for(&vms, "p-1", WAIT, |v| {
+        power(v) == Some(PowerState::Suspended) && is_ready(v)
+    })
+    .await;
+    set_power(&vms, "p-1", "PoweredOn").await;
+    wait_for(&vms, "p-1", WAIT, |v| {
+        power(v) == Some(PowerState::PoweredOn) && is_ready(v)
+    })
+    .await;
+    assert_eq!(rig.vmm_pids(&uid), pids);
+    let ops = rig.operations(&uid);
+    assert_eq!(count(&ops, "vm.create"), 1, "{ops:?}");
+    assert_eq!(rig.state(&uid).unwrap()["restarts"], 0);
+
+    // And deletes it, though it is not its child.
+    vms.delete("p-1", &DeleteParams::default()).await.unwrap();
+    let machines: Api<CloudHypervisorMachine> = ns.api();
+    wait_gone(&machines, "p-1", WAIT).await;
+    assert!(rig.vmm_pids(&uid).is_empty());
+    assert!(!rig.machine_dir(&uid).exists());
     rig.assert_conformant();
 }
