@@ -5,9 +5,10 @@
 //! # Where the VMMs run
 //!
 //! On the operator's own host (ADR 0007): a Cloud Hypervisor Provider is one host,
-//! and the operator (running there, e.g. as a host-network DaemonSet pod with
-//! `/dev/kvm` or as a systemd service) starts and supervises the VMMs itself. No agent
-//! sits in between; a remote host agent is future work.
+//! and the operator running there (a systemd service; or a pod with `/dev/kvm` whose
+//! `binary` wrapper starts VMMs outside the pod, so they outlive it) starts and
+//! supervises the VMMs itself. No agent sits in between; a remote host agent is future
+//! work.
 //!
 //! # Connection
 //!
@@ -52,7 +53,15 @@
 //! `InvalidVMConfig`; 404/405/409 → transient `VMStateConflict`; boot 500 → terminal
 //! `BootFailed` (a missing kernel or disk); other 5xx → transient `VMMError`; binary
 //! missing → terminal `BinaryNotFound`; a VMM that exits at once → terminal
-//! `VMMStartFailed` with its log's last lines.
+//! `VMMStartFailed` with its log's last lines; a VMM silent for `hangTimeout` →
+//! transient `VMMHung` (killed); image disk missing → terminal `ImageNotFound`; neither
+//! or both of kernel and firmware, or a qcow2 image that is not one → terminal
+//! `InvalidImage`; Ignition bootstrap data → terminal `UnsupportedBootstrapFormat`; a
+//! socket path over 107 bytes → terminal `StateDirTooLong`; an endpoint that is not a
+//! local directory → terminal `UnsupportedEndpoint`; host file errors → transient
+//! `HostIOError`; `ip link` failing → transient `BridgeAttachFailed`.
+//!
+//! Machine directories are `0700`: the seed holds bootstrap secrets.
 //!
 //! # Inventory
 //!
