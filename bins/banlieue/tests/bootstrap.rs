@@ -92,7 +92,56 @@ fn versions(objects: &BTreeMap<String, Value>) -> BTreeMap<String, String> {
         .collect()
 }
 
-#[tokio::test]
+/// banlieue's controllers running as the installed ServiceAccount (by impersonation)
+/// bring a VirtualMachine to Ready: the controller ClusterRole is enough.
+async fn controllers_run_under_the_installed_role() {
+    use banlieue_integration_tests::operator::{Operator, wait_for};
+    use banlieue_sdk::api::VirtualMachine;
+    use serde_json::json;
+
+    let ns = banlieue_testenv::namespace("bootstrap-rbac").await;
+    let class = format!("{}-small", ns.name);
+    let image = format!("{}-debian", ns.name);
+    for object in [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "sim"},
+               "spec": {"class": "sim", "connection": {"endpoint": format!("sim://{}", ns.name)},
+                        "capabilities": {"storageClasses": [{"name": "fast", "target": {"pool": "default"}}],
+                                         "networkClasses": [{"name": "lan", "target": {"network": "default"}}]}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": class},
+               "spec": {"cpus": 1, "memoryMiB": 512, "disk": {"sizeGiB": 5, "storageClass": "fast"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
+               "spec": {"os": {"family": "linux", "distribution": "debian", "version": "13"},
+                        "sources": {"sim": {"name": "debian"}}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web-1"},
+               "spec": {"classRef": {"name": class}, "imageRef": {"name": image},
+                        "networks": [{"name": "eth0", "networkClass": "lan"}]}}),
+    ] {
+        banlieue_integration_tests::apply(&ns.client, &ns.name, &object)
+            .await
+            .expect("fixture");
+    }
+    let mut config = banlieue_testenv::shared().kube_config();
+    config.auth_info.impersonate =
+        Some("system:serviceaccount:banlieue-system:banlieue-controller".to_owned());
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".to_owned(),
+        "system:serviceaccounts:banlieue-system".to_owned(),
+        "system:authenticated".to_owned(),
+    ]);
+    let as_controller = kube::Client::try_from(config).expect("impersonating client");
+    let _operator = Operator::start(as_controller, &ns.name);
+    let vms: Api<VirtualMachine> = Api::namespaced(ns.client.clone(), &ns.name);
+    wait_for(&vms, "web-1", std::time::Duration::from_secs(60), |vm| {
+        vm.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bootstrap_operator_installs_idempotently_and_follows_namespace() {
     let kubeconfig = banlieue_testenv::kubeconfig_path()
         .to_str()
@@ -150,6 +199,9 @@ async fn bootstrap_operator_installs_idempotently_and_follows_namespace() {
         versions(&live(&client, &expected).await),
         "no resourceVersion moved"
     );
+
+    // The installed role is what the controllers need (before the install moves).
+    controllers_run_under_the_installed_role().await;
 
     // Another namespace and image: the namespaced objects go there, and the
     // cluster-scoped binding follows the ServiceAccount.
