@@ -193,6 +193,7 @@ fn requests() -> Vec<(&'static str, String)> {
                         &identity(),
                         "golden-1",
                         Some(&bootstrap),
+                        None,
                     ),
                     ..Default::default()
                 },

@@ -23,17 +23,23 @@ pub fn clone_keys(identity: &MachineIdentity, failure_domain: &str) -> Vec<(Stri
 
 /// cloud-init's metadata: instance ID (the UID, so a re-created VM re-runs
 /// cloud-init), hostname, and the network config when there is one.
+/// The bootstrap data's network config wins over `generated` (from static IPAM).
 pub fn metadata(
     identity: &MachineIdentity,
     hostname: &str,
     bootstrap: Option<&BootstrapData>,
+    generated: Option<&str>,
 ) -> String {
     let mut meta = serde_json::json!({
         "instance-id": identity.uid,
         "local-hostname": hostname,
     });
-    if let Some(network) = bootstrap.and_then(|b| b.network_config.as_ref()) {
-        meta["network"] = STANDARD.encode(network.expose()).into();
+    let network = bootstrap
+        .and_then(|b| b.network_config.as_ref())
+        .map(|n| n.expose())
+        .or(generated);
+    if let Some(network) = network {
+        meta["network"] = STANDARD.encode(network).into();
         meta["network.encoding"] = "base64".into();
     }
     meta.to_string()
@@ -45,6 +51,7 @@ pub fn bootstrap_keys(
     identity: &MachineIdentity,
     hostname: &str,
     bootstrap: Option<&BootstrapData>,
+    network: Option<&str>,
 ) -> Vec<(String, String)> {
     let mut keys = Vec::new();
     let encoded = |k: &str, v: &str| {
@@ -55,7 +62,7 @@ pub fn bootstrap_keys(
     };
     keys.extend(encoded(
         "guestinfo.metadata",
-        &metadata(identity, hostname, bootstrap),
+        &metadata(identity, hostname, bootstrap, network),
     ));
     match bootstrap {
         Some(b) if b.format == BootstrapFormat::Ignition => {
@@ -96,7 +103,7 @@ mod tests {
             user_data: SecretValue::new("#cloud-config\nhostname: web-1\n"),
             network_config: Some(SecretValue::new("version: 2\n")),
         };
-        let keys = bootstrap_keys(&id(), "web-1", Some(&b));
+        let keys = bootstrap_keys(&id(), "web-1", Some(&b), None);
         assert_eq!(
             decode(&keys, "guestinfo.userdata"),
             "#cloud-config\nhostname: web-1\n"
@@ -117,7 +124,7 @@ mod tests {
             user_data: SecretValue::new("{\"ignition\":{\"version\":\"3.4.0\"}}"),
             network_config: None,
         };
-        let keys = bootstrap_keys(&id(), "web-1", Some(&b));
+        let keys = bootstrap_keys(&id(), "web-1", Some(&b), None);
         assert!(decode(&keys, "guestinfo.ignition.config.data").contains("3.4.0"));
         assert!(!keys.iter().any(|(k, _)| k == "guestinfo.userdata"));
     }

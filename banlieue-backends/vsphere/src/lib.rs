@@ -34,8 +34,9 @@
 //!    order, moved to the machine's port groups (`network[].networkName`, standard or
 //!    distributed; `macAddress` fixes the MAC), the first disk grown to `diskGiB`,
 //!    `additionalDisks` added on the template's SCSI controller,
-//!    `guestinfo.metadata` (instance-id,
-//!    hostname, network config) and `guestinfo.userdata`, or
+//!    `guestinfo.metadata` (instance-id, hostname, and the network config: the
+//!    bootstrap data's, else cloud-init v2 made from static `ipam` matched by MAC;
+//!    DHCP needs none) and `guestinfo.userdata`, or
 //!    `guestinfo.ignition.config.data` for Ignition, all base64 with their
 //!    `.encoding` keys, and `banlieue.configured=true`.
 //! 3. **Power**: `PowerOnVM_Task`, `SuspendVM_Task`; powering off is a guest
@@ -79,9 +80,8 @@
 //! | `datacenter` | name | the only one | the datacenter when neither machine nor failure domain names one |
 //!
 //! Other keys are ignored. Not yet supported: content-library images, storage
-//! policies (a terminal `StoragePolicyUnsupported`), adding network devices beyond the template's, and
-//! static IPs from IPAM (DHCP is assumed; `network` config in the bootstrap data is
-//! passed through to cloud-init).
+//! policies (a terminal `StoragePolicyUnsupported`), adding network devices beyond
+//! the template's, and IPAM pools whose address is not allocated yet.
 #![warn(missing_docs)]
 
 mod backend;
@@ -89,6 +89,7 @@ pub mod client;
 pub mod devices;
 pub mod guestinfo;
 pub mod inventory;
+pub mod netconfig;
 pub mod settings;
 
 #[cfg(test)]

@@ -53,7 +53,8 @@ fn request(uid: &str, template: &str, linked: bool) -> MachineRequest {
         // Full clones on a standard port group with a fixed MAC, linked ones on the
         // distributed port group.
         "network": [if linked { json!({"networkName": "DC0_DVPG0"}) }
-                    else { json!({"networkName": "VM Network", "macAddress": "00:50:56:3f:00:01"}) }],
+                    else { json!({"networkName": "VM Network", "macAddress": "00:50:56:3f:00:01",
+                                "ipam": {"mode": "static", "addresses": ["10.0.0.5/24"], "gateway": "10.0.0.1"}}) }],
     }))
     .unwrap();
     MachineRequest {
@@ -160,6 +161,19 @@ async fn the_backend_clones_configures_powers_and_deletes_on_vcsim() {
         } else {
             assert_eq!(nic["network"], "VM Network", "{nic}");
             assert_eq!(nic["mac"], "00:50:56:3f:00:01", "{nic}");
+            // Static IPAM becomes cloud-init's network config, matched by MAC.
+            let meta: Value = serde_json::from_str(&decoded(&vm, "guestinfo.metadata")).unwrap();
+            let network: Value = serde_json::from_slice(
+                &STANDARD.decode(meta["network"].as_str().unwrap()).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(meta["network.encoding"], "base64");
+            let eth0 = &network["ethernets"]["eth0"];
+            assert_eq!(
+                eth0["match"]["macaddress"], "00:50:56:3f:00:01",
+                "{network}"
+            );
+            assert_eq!(eth0["addresses"], json!(["10.0.0.5/24"]), "{network}");
         }
         let ip = vm["ip"].as_str().unwrap();
         assert!(

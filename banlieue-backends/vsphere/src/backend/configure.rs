@@ -1,49 +1,75 @@
-//! The configuring reconfigure's device edits: port groups (standard or
-//! distributed), disk grow, additional disks.
+//! The configuring reconfigure: device edits (port groups, standard or distributed;
+//! disk grow; additional disks) and guestinfo (bootstrap data, metadata, network).
 
+use banlieue_sdk::api::common::Ipam;
 use banlieue_sdk::api::infra::vsphere::VSphereMachineSpec;
-use banlieue_sdk::backend::BackendError;
+use banlieue_sdk::backend::{BackendError, MachineRequest};
 
 use super::vm::Vm;
 use super::{VSphereBackend, vim};
-use crate::client::methods;
+use crate::client::methods::ConfigSpec;
 use crate::devices::{self, NetworkBacking, WantedNic};
-use crate::{guestinfo, inventory};
+use crate::{guestinfo, inventory, netconfig};
 
 impl VSphereBackend {
-    /// Device edits for the configuring reconfigure: network devices onto the
-    /// machine's port groups, the first disk grown to `diskGiB`.
-    pub(super) async fn device_changes(
+    /// The configuring reconfigure: device edits (network devices onto the machine's
+    /// port groups, the first disk grown to `diskGiB`, additional disks) and the
+    /// guestinfo keys (bootstrap data, metadata with the network config: the bootstrap
+    /// data's, else one made from static IPAM and the devices' MACs).
+    pub(super) async fn configure_spec(
         &self,
         vm: &Vm,
         spec: &VSphereMachineSpec,
-    ) -> Result<Vec<methods::DeviceChange>, BackendError> {
-        if spec.network.is_empty() && spec.disk_gib.is_none() && spec.additional_disks.is_empty() {
-            return Ok(Vec::new());
-        }
-        let devices = self
-            .client
-            .properties(&vm.moref, &["config.hardware.device"])
-            .await
-            .map_err(vim)?
-            .and_then(|o| o.prop("config.hardware.device").map(devices::devices))
-            .unwrap_or_default();
+        request: &MachineRequest,
+    ) -> Result<ConfigSpec, BackendError> {
         let mut changes = Vec::new();
-        if !spec.network.is_empty() {
-            let mut wanted = Vec::new();
-            for nic in &spec.network {
-                wanted.push(WantedNic {
-                    backing: self.network_backing(vm, &nic.network_name).await?,
-                    mac_address: nic.mac_address.clone(),
-                });
+        let mut macs: Vec<Option<String>> = Vec::new();
+        if !(spec.network.is_empty() && spec.disk_gib.is_none() && spec.additional_disks.is_empty())
+        {
+            let devices = self
+                .client
+                .properties(&vm.moref, &["config.hardware.device"])
+                .await
+                .map_err(vim)?
+                .and_then(|o| o.prop("config.hardware.device").map(devices::devices))
+                .unwrap_or_default();
+            if !spec.network.is_empty() {
+                let mut wanted = Vec::new();
+                for nic in &spec.network {
+                    wanted.push(WantedNic {
+                        backing: self.network_backing(vm, &nic.network_name).await?,
+                        mac_address: nic.mac_address.clone(),
+                    });
+                }
+                let edits = devices::nic_edits(&devices, &wanted)?;
+                macs = edits
+                    .iter()
+                    .map(|e| e.device.text_at(&["macAddress"]).map(str::to_string))
+                    .collect();
+                changes.extend(edits);
             }
-            changes.extend(devices::nic_edits(&devices, &wanted)?);
+            if let Some(gib) = spec.disk_gib {
+                changes.extend(devices::disk_grow(&devices, gib));
+            }
+            changes.extend(devices::disk_adds(&devices, &spec.additional_disks)?);
         }
-        if let Some(gib) = spec.disk_gib {
-            changes.extend(devices::disk_grow(&devices, gib));
-        }
-        changes.extend(devices::disk_adds(&devices, &spec.additional_disks)?);
-        Ok(changes)
+        let nics: Vec<(Option<String>, &Ipam)> = spec
+            .network
+            .iter()
+            .zip(macs.into_iter().chain(std::iter::repeat(None)))
+            .map(|(n, mac)| (mac, &n.ipam))
+            .collect();
+        let network = netconfig::network_config(&nics)?;
+        Ok(ConfigSpec {
+            device_change: changes,
+            extra_config: guestinfo::bootstrap_keys(
+                &request.identity,
+                &vm.name,
+                request.bootstrap.as_ref(),
+                network.as_deref(),
+            ),
+            ..Default::default()
+        })
     }
 
     /// A port group by name (among the networks of the VM's cluster, else any

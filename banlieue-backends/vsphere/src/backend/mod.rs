@@ -21,7 +21,7 @@ use banlieue_sdk::backend::{
 };
 use tracing::{debug, info};
 
-use crate::client::methods::{self, ConfigSpec};
+use crate::client::methods;
 use crate::client::{MoRef, TaskState, VimClient, VimError};
 use crate::guestinfo;
 use crate::inventory::{self, Topology};
@@ -385,15 +385,7 @@ impl Backend for VSphereBackend {
             return Ok(self.observation(&vm, Some(self.pending(kind, Some(&task)))));
         }
         if vm.extra.get(guestinfo::CONFIGURED_KEY).map(String::as_str) != Some("true") {
-            let config = ConfigSpec {
-                device_change: self.device_changes(&vm, spec).await?,
-                extra_config: guestinfo::bootstrap_keys(
-                    identity,
-                    &vm.name,
-                    request.bootstrap.as_ref(),
-                ),
-                ..Default::default()
-            };
+            let config = self.configure_spec(&vm, spec, request).await?;
             let task = self
                 .start(
                     uid,
