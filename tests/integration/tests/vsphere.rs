@@ -573,6 +573,7 @@ async fn one_session_serves_every_reconcile_and_an_ended_session_is_renewed() {
     let Some(sim) = Vcsim::start() else { return };
     let (ns, _operator) = world("vs-sessions", &[("vc", &sim, &sim.ready.password)]).await;
     let vms: Api<VirtualMachine> = ns.api();
+    let started = Instant::now();
     let names: Vec<String> = (0..10).map(|i| format!("s-{i}")).collect();
     for name in &names {
         apply(&ns.client, &ns.name, &vm(&ns, name)).await.unwrap();
@@ -580,6 +581,10 @@ async fn one_session_serves_every_reconcile_and_an_ended_session_is_renewed() {
     for name in &names {
         wait_for(&vms, name, WAIT, |v| is_ready(v) && has_address(v)).await;
     }
+    eprintln!(
+        "10 VirtualMachines applied to Ready with addresses: {:?}",
+        started.elapsed()
+    );
     let sessions = sim.sessions();
     assert_eq!(sessions.len(), 1, "{sessions:?}");
     assert_eq!(sessions[0]["userName"], sim.ready.username.as_str());
