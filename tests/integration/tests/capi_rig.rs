@@ -192,7 +192,7 @@ async fn manager_identity_is_scoped_by_the_aggregate_role() {
         &GroupVersionKind::gvk("banlieue.io", "v1alpha1", "VirtualMachine"),
         "virtualmachines",
     );
-    let denied = Api::<DynamicObject>::all_with(as_capi, &vms)
+    let denied = Api::<DynamicObject>::all_with(as_capi.clone(), &vms)
         .list(&Default::default())
         .await
         .expect_err("CAPI cannot list VirtualMachines");
@@ -202,4 +202,38 @@ async fn manager_identity_is_scoped_by_the_aggregate_role() {
         "the manager runs as {}",
         capi::SERVICE_ACCOUNT
     );
+
+    // Without banlieue's aggregate role CAPI cannot read our kinds: its own role does
+    // not cover them. Put the role back afterwards (from the committed file).
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+    roles
+        .delete("banlieue-capi-infrastructure", &Default::default())
+        .await
+        .expect("deleting the aggregate role");
+    let vsphere_machines = Api::<DynamicObject>::all_with(as_capi.clone(), &vsphere);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while vsphere_machines.list(&Default::default()).await.is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "CAPI still reads VSphereMachines without banlieue's aggregate role"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/capi/clusterrole-aggregate.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    for role in documents.iter().filter(|d| !d.is_null()) {
+        banlieue_integration_tests::apply(&client, "default", role)
+            .await
+            .expect("re-applying the aggregate role");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(e) = vsphere_machines.list(&Default::default()).await {
+        assert!(
+            Instant::now() < deadline,
+            "CAPI cannot read VSphereMachines with the aggregate role back: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
