@@ -588,6 +588,8 @@ async fn one_session_serves_every_reconcile_and_an_ended_session_is_renewed() {
     let sessions = sim.sessions();
     assert_eq!(sessions.len(), 1, "{sessions:?}");
     assert_eq!(sessions[0]["userName"], sim.ready.username.as_str());
+    // One login (the harness logged in once itself).
+    assert_eq!(sim.calls("Login"), 2);
 
     assert_eq!(sim.terminate_sessions(), 1);
     for name in &names {
@@ -603,6 +605,15 @@ async fn one_session_serves_every_reconcile_and_an_ended_session_is_renewed() {
     let renewed = sim.sessions();
     assert_eq!(renewed.len(), 1, "{renewed:?}");
     assert_ne!(renewed[0]["key"], sessions[0]["key"], "a new session");
+    assert_eq!(
+        sim.calls("Login"),
+        3,
+        "one more login after the session ended"
+    );
+    // Every reconcile looks its VM up by UUID: well over 50 of them in all.
+    let lookups = sim.calls("FindByUuid");
+    eprintln!("{lookups} VM lookups over 2 sessions");
+    assert!(lookups >= 50, "{lookups}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
