@@ -417,3 +417,21 @@ fn committed_manifests_are_up_to_date() {
         );
     }
 }
+
+#[test]
+fn the_deployment_args_are_accepted_by_banlieue_run() {
+    use clap::Parser as _;
+    let mut argv = vec!["banlieue".to_owned()];
+    argv.extend(deployment::manager_args());
+    let parsed = crate::cli::Cli::try_parse_from(&argv);
+    assert!(
+        matches!(
+            parsed,
+            Ok(crate::cli::Cli {
+                command: crate::cli::Command::Run(_)
+            })
+        ),
+        "{argv:?}: {:?}",
+        parsed.err()
+    );
+}
