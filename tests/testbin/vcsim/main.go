@@ -429,7 +429,7 @@ func command(ctx context.Context, c *govmomi.Client, h *harness, own, line strin
 }
 
 func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
-	v, err := mgrView(ctx, c)
+	v, err := allVMs(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -486,7 +486,8 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 	return out, nil
 }
 
-func mgrView(ctx context.Context, c *govmomi.Client) ([]mo.VirtualMachine, error) {
+// allVMs reads the properties "vms" reports of every VM in the inventory.
+func allVMs(ctx context.Context, c *govmomi.Client) ([]mo.VirtualMachine, error) {
 	finder := find.NewFinder(c.Client, false)
 	all, err := finder.VirtualMachineList(ctx, "/...")
 	if err != nil {
