@@ -78,12 +78,52 @@ fn set(items: &[&str]) -> BTreeSet<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
 
+/// A client acting as banlieue's installed ServiceAccount, bound (here) to exactly the
+/// controller ClusterRole `banlieue bootstrap operator` installs: the CAPI paths below
+/// then prove that role is enough.
+async fn as_banlieue_controller(admin: &kube::Client) -> kube::Client {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/operator");
+    let rbac: Vec<Value> = banlieue_integration_tests::load_manifests(&dir)
+        .into_iter()
+        .map(|(_, object)| object)
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("ClusterRole" | "ClusterRoleBinding")
+            )
+        })
+        .filter(|o| o["metadata"]["name"] == "banlieue-controller")
+        .collect();
+    assert_eq!(
+        rbac.len(),
+        2,
+        "deploy/operator has the controller ClusterRole and its binding"
+    );
+    for object in &rbac {
+        apply(admin, "", object).await.expect("controller RBAC");
+    }
+    let mut config = banlieue_testenv::shared().kube_config();
+    config.auth_info.impersonate =
+        Some("system:serviceaccount:banlieue-system:banlieue-controller".to_owned());
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".to_owned(),
+        "system:serviceaccounts:banlieue-system".to_owned(),
+        "system:authenticated".to_owned(),
+    ]);
+    kube::Client::try_from(config).expect("an impersonating client")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_across_two_providers_through_the_real_capi_manager() {
     let Some(capi) = Capi::start() else { return };
     let ns = banlieue_testenv::namespace("capi-e2e").await;
     let client = ns.client.clone();
-    let operator = Operator::start_with(client.clone(), &ns.name, Duration::from_secs(10));
+    // banlieue runs with exactly its installed controller role.
+    let operator = Operator::start_with(
+        as_banlieue_controller(&client).await,
+        &ns.name,
+        Duration::from_secs(10),
+    );
     let fail = |what: &str| format!("{what}\n--- CAPI manager log ---\n{}", capi.log_tail(40));
 
     // Two Providers, three failure domains; a VSphereCluster spanning both.
@@ -394,7 +434,11 @@ async fn addresses_come_from_an_ipam_pool_and_are_released() {
     let Some(_capi) = Capi::start() else { return };
     let ns = banlieue_testenv::namespace("capi-ipam").await;
     let client = ns.client.clone();
-    let _operator = Operator::start_with(client.clone(), &ns.name, Duration::from_secs(10));
+    let _operator = Operator::start_with(
+        as_banlieue_controller(&client).await,
+        &ns.name,
+        Duration::from_secs(10),
+    );
     let pool =
         json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "lan"});
     apply(&client, &ns.name, &sim_provider(&ns.name, "vc1", "zone-a"))
