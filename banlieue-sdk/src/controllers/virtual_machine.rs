@@ -345,10 +345,13 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         ctx.succeeded(&key_of(vm));
         Ok(Action::requeue(ctx.settings.sync_period))
     } else {
-        // Owned-object events bring us back; a short backoff covers an infra change the
-        // shared cache had not seen yet when this reconcile read it.
+        // Owned-object events bring us back, but the owned watch and the shared cache
+        // this reconcile read are two watches: the event can arrive before the cache
+        // has the change. A short, capped backoff covers that race (a reconcile that
+        // changes nothing reads only caches). At 30 s a VM sat Ready-but-unreported
+        // for half a minute under load.
         Ok(Action::requeue(
-            ctx.backoff(&key_of(vm)).min(Duration::from_secs(30)),
+            ctx.backoff(&key_of(vm)).min(Duration::from_secs(5)),
         ))
     }
 }

@@ -520,16 +520,18 @@ async fn addresses_come_from_an_ipam_pool_and_are_released() {
     assert!(addresses.get_opt("m-ip-0").await.unwrap().is_some());
 }
 
-/// The same contract on a real backend: a Cluster whose VSphereCluster spans a vcsim
-/// vCenter; a CAPI Machine becomes a clone in vcsim carrying the Machine's bootstrap
-/// data in `guestinfo`, CAPI copies its providerID and addresses, and deleting the
-/// Machine destroys the clone.
+/// The same contract on a real backend: a Cluster whose VSphereCluster spans two
+/// vCenters (two vcsims) publishes the failure domains of both; a CAPI Machine placed
+/// in the second becomes a clone there (and only there) carrying the Machine's
+/// bootstrap data in `guestinfo`, CAPI copies its providerID and addresses, and
+/// deleting the Machine destroys the clone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capi_machine_becomes_a_vcsim_clone() {
     use banlieue_integration_tests::vcsim::Vcsim;
     use base64::Engine as _;
     let Some(capi) = Capi::start() else { return };
     let Some(vc) = Vcsim::start() else { return };
+    let Some(vc2) = Vcsim::start() else { return };
     let ns = banlieue_testenv::namespace("capi-vcsim").await;
     let client = ns.client.clone();
     let mut registry = banlieue_sdk::backend::BackendRegistry::default();
@@ -545,26 +547,31 @@ async fn a_capi_machine_becomes_a_vcsim_clone() {
         Duration::from_secs(5),
     );
     let fail = |what: &str| format!("{what}\n--- CAPI manager log ---\n{}", capi.log_tail(40));
-    for object in [
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vc-credentials"},
-               "stringData": {"username": vc.ready.username, "password": vc.ready.password}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "vc"},
-               "spec": {"class": "vsphere",
-                        "connection": {"endpoint": format!("{}/sdk", vc.ready.endpoint),
-                                       "credentialsRef": {"name": "vc-credentials"},
-                                       "caBundle": {"inline": vc.ready.ca_pem}},
-                        "settings": {"taskPollInterval": "100ms", "shutdownTimeout": "2s"}}}),
+    let vcenter = |name: &str, sim: &Vcsim| {
+        [
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{name}-credentials")},
+                   "stringData": {"username": sim.ready.username, "password": sim.ready.password}}),
+            json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name},
+                   "spec": {"class": "vsphere",
+                            "connection": {"endpoint": format!("{}/sdk", sim.ready.endpoint),
+                                           "credentialsRef": {"name": format!("{name}-credentials")},
+                                           "caBundle": {"inline": sim.ready.ca_pem}},
+                            "settings": {"taskPollInterval": "100ms", "shutdownTimeout": "2s"}}}),
+        ]
+    };
+    // Two vCenters (two vcsims), one cluster spanning both.
+    for object in vcenter("vc", &vc).into_iter().chain(vcenter("vc2", &vc2)).chain([
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "w1-bootstrap"},
                "stringData": {"value": "#cloud-config\nhostname: w1\n", "format": "cloud-config"}}),
         json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "VSphereCluster", "metadata": {"name": "c1"},
-               "spec": {"providerRefs": [{"name": "vc"}],
+               "spec": {"providerRefs": [{"name": "vc"}, {"name": "vc2"}],
                         "controlPlaneEndpoint": {"host": "192.0.2.20", "port": 6443}}}),
         json!({"apiVersion": CAPI, "kind": "Cluster", "metadata": {"name": "c1"},
                "spec": {"infrastructureRef": {"apiGroup": INFRA, "kind": "VSphereCluster", "name": "c1"}}}),
         json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "VSphereMachine", "metadata": {"name": "w1"},
                "spec": {"template": vc.ready.template, "numCPUs": 1, "memoryMiB": 1024,
                         "network": [{"networkName": "VM Network"}]}}),
-    ] {
+    ]) {
         apply(&client, &ns.name, &object)
             .await
             .unwrap_or_else(|e| panic!("{}", fail(&format!("apply: {e}"))));
@@ -577,7 +584,12 @@ async fn a_capi_machine_becomes_a_vcsim_clone() {
     let cluster = wait_for(&capi_clusters, "c1", WAIT, |c| {
         c.data["status"]["initialization"]["infrastructureProvisioned"] == json!(true)
             && names(&c.data["status"]["failureDomains"])
-                == set(&["vc/DC0/DC0_C0", "vc/DC0/DC0_C1"])
+                == set(&[
+                    "vc/DC0/DC0_C0",
+                    "vc/DC0/DC0_C1",
+                    "vc2/DC0/DC0_C0",
+                    "vc2/DC0/DC0_C1",
+                ])
     })
     .await;
     assert_eq!(
@@ -599,7 +611,7 @@ async fn a_capi_machine_becomes_a_vcsim_clone() {
     apply(
         &client,
         &ns.name,
-        &capi_machine_with_secret("w1", Some("vc/DC0/DC0_C1"), "w1-bootstrap"),
+        &capi_machine_with_secret("w1", Some("vc2/DC0/DC0_C1"), "w1-bootstrap"),
     )
     .await
     .unwrap();
@@ -613,7 +625,7 @@ async fn a_capi_machine_becomes_a_vcsim_clone() {
     .await;
     let machines: Api<VSphereMachine> = Api::namespaced(client.clone(), &ns.name);
     let uid = machines.get("w1").await.unwrap().uid().unwrap();
-    let clone = vc
+    let clone = vc2
         .vms()
         .into_iter()
         .find(|v| v["extraConfig"]["banlieue.uid"] == uid.as_str())
@@ -622,7 +634,13 @@ async fn a_capi_machine_becomes_a_vcsim_clone() {
         m.data["spec"]["providerID"],
         json!(format!("vsphere://{}", clone["biosUUID"].as_str().unwrap()))
     );
-    assert_eq!(m.data["status"]["failureDomain"], "vc/DC0/DC0_C1");
+    assert_eq!(m.data["status"]["failureDomain"], "vc2/DC0/DC0_C1");
+    assert!(
+        vc.vms()
+            .iter()
+            .all(|v| v["extraConfig"]["banlieue.uid"] != uid.as_str()),
+        "cloned on the wrong vCenter"
+    );
     assert!(
         m.data["status"]["addresses"]
             .as_array()
@@ -646,7 +664,7 @@ async fn a_capi_machine_becomes_a_vcsim_clone() {
         .unwrap();
     wait_gone(&machines, "w1", WAIT).await;
     assert!(
-        !vc.vms()
+        !vc2.vms()
             .iter()
             .any(|v| v["extraConfig"]["banlieue.uid"] == uid.as_str()),
         "the clone outlived its Machine"
