@@ -740,3 +740,71 @@ async fn managed_by_is_left_alone_and_templates_take_dry_runs() {
         .unwrap_err();
     assert!(refused.to_string().contains("immutable"), "{refused}");
 }
+
+/// Another InfraCluster kind through the same generic controller: a `LibvirtCluster`
+/// naming no Provider spans every Provider that builds `LibvirtMachine`s in its
+/// namespace, and a CAPI Machine in it gets a `libvirt://` providerID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_libvirt_cluster_spans_its_hosts() {
+    let Some(_capi) = Capi::start() else { return };
+    let ns = banlieue_testenv::namespace("capi-libvirt").await;
+    let client = ns.client.clone();
+    let _operator = Operator::start_with(client.clone(), &ns.name, Duration::from_secs(10));
+    let host = |name: &str, zones: &str| {
+        let mut p = sim_provider(&ns.name, name, zones);
+        p["spec"]["settings"]["machineKind"] = json!("LibvirtMachine");
+        p
+    };
+    for object in [
+        host("kvm01", "rack-1"),
+        host("kvm02", "rack-2"),
+        // Builds VSphereMachines: not part of a LibvirtCluster.
+        sim_provider(&ns.name, "vc1", "zone-a"),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "c1-bootstrap"},
+               "stringData": {"value": "#cloud-config\n", "format": "cloud-config"}}),
+        json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "LibvirtCluster", "metadata": {"name": "c1"},
+               "spec": {"controlPlaneEndpoint": {"host": "192.0.2.30", "port": 6443}}}),
+        json!({"apiVersion": CAPI, "kind": "Cluster", "metadata": {"name": "c1"},
+               "spec": {"infrastructureRef": {"apiGroup": INFRA, "kind": "LibvirtCluster", "name": "c1"}}}),
+        json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "LibvirtMachine", "metadata": {"name": "edge-1"},
+               "spec": {"image": {"path": "/var/lib/libvirt/images/ubuntu-2404.qcow2"},
+                        "storagePool": "default", "cpus": 2, "memoryMiB": 2048}}),
+        json!({"apiVersion": CAPI, "kind": "Machine", "metadata": {"name": "edge-1"},
+               "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "c1-bootstrap"},
+                        "failureDomain": "kvm02/rack-2",
+                        "infrastructureRef": {"apiGroup": INFRA, "kind": "LibvirtMachine", "name": "edge-1"}}}),
+    ] {
+        apply(&client, &ns.name, &object).await.unwrap();
+    }
+    let clusters = dynamic(
+        &client,
+        &ns.name,
+        &json!({"apiVersion": CAPI, "kind": "Cluster"}),
+    );
+    wait_for(&clusters, "c1", WAIT, |c| {
+        c.data["status"]["initialization"]["infrastructureProvisioned"] == json!(true)
+            && names(&c.data["status"]["failureDomains"]) == set(&["kvm01/rack-1", "kvm02/rack-2"])
+    })
+    .await;
+    let machines = dynamic(
+        &client,
+        &ns.name,
+        &json!({"apiVersion": CAPI, "kind": "Machine"}),
+    );
+    let machine = wait_for(&machines, "edge-1", WAIT, |m| {
+        m.data["status"]["initialization"]["infrastructureProvisioned"] == json!(true)
+            && m.data["status"]["failureDomain"] == json!("kvm02/rack-2")
+    })
+    .await;
+    assert!(
+        machine.data["spec"]["providerID"]
+            .as_str()
+            .unwrap()
+            .starts_with("libvirt://")
+    );
+    clusters
+        .delete("c1", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&clusters, "c1", WAIT).await;
+}
