@@ -5,20 +5,15 @@
 //!
 //! InfraClusters own no backend resource, so they carry no finalizer.
 
-use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::context::{Context, key_of};
@@ -30,38 +25,18 @@ use crate::capi::metadata::{self, MOVE_LABEL};
 use crate::capi::objects::Cluster as CapiCluster;
 use crate::conditions;
 use crate::contract::InfraClusterRead;
+use crate::controllers::object::Namespaced;
 use crate::scheduling::matches;
 use crate::status::cluster::{ClusterOutcome, compute};
+use kube::ResourceExt;
 
 /// Field manager of InfraCluster status.
 const FIELD_MANAGER: &str = "banlieue-cluster";
 
 /// The bounds every InfraCluster kind meets.
-pub(crate) trait InfraCluster:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + InfraClusterRead
-    + Clone
-    + Debug
-    + Serialize
-    + DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
-}
+pub(crate) trait InfraCluster: Namespaced + InfraClusterRead {}
 
-impl<K> InfraCluster for K where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + InfraClusterRead
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static
-{
-}
+impl<K: Namespaced + InfraClusterRead> InfraCluster for K {}
 
 pub(crate) async fn run<K: InfraCluster>(
     ctx: Arc<Context>,

@@ -32,6 +32,7 @@ mod image;
 mod infra;
 mod machine;
 mod metrics;
+mod object;
 mod provider;
 mod template;
 mod virtual_machine;

@@ -2,22 +2,19 @@
 //! `status.capacity` and `status.nodeInfo` so the cluster autoscaler can scale a
 //! node group up from zero. Pure in effect: the status follows the spec alone.
 
-use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::context::{Context, key_of};
 use super::watch;
 use crate::capi::capacity::template_status;
 use crate::contract::InfraTemplateRead;
+use crate::controllers::object::Namespaced;
+use kube::ResourceExt;
 
 /// Field manager of template status.
 const FIELD_MANAGER: &str = "banlieue-template";
@@ -26,15 +23,7 @@ pub(crate) async fn run<K>(
     ctx: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + InfraTemplateRead
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Namespaced + InfraTemplateRead,
 {
     let api = watch::namespaced::<K>(&ctx.client, &ctx.settings);
     Controller::new(api, watch::filtered(&ctx.settings))

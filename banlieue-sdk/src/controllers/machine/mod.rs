@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
@@ -23,9 +22,6 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 
 mod capi;
@@ -43,7 +39,9 @@ use crate::build::FAILURE_DOMAIN_ANNOTATION;
 use crate::capi::metadata::{CLUSTER_NAME_LABEL, deleted_for_move};
 use crate::capi::objects::{Cluster as CapiCluster, Machine as CapiMachine};
 use crate::contract::InfraMachineRead;
+use crate::controllers::object::Namespaced;
 use crate::status::machine::{Outcome, compute};
+use kube::ResourceExt;
 
 /// Field manager of infra machine status and `spec.providerID`.
 pub(crate) const FIELD_MANAGER: &str = "banlieue-machine";
@@ -64,31 +62,9 @@ pub(crate) enum Error {
 }
 
 /// The bounds every infra machine kind meets.
-pub(crate) trait Machine:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + InfraMachineRead
-    + Clone
-    + Debug
-    + Serialize
-    + DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
-}
+pub(crate) trait Machine: Namespaced + InfraMachineRead {}
 
-impl<K> Machine for K where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + InfraMachineRead
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static
-{
-}
+impl<K: Namespaced + InfraMachineRead> Machine for K {}
 
 fn name<K: Machine>() -> String {
     K::kind(&()).to_lowercase()
