@@ -27,7 +27,7 @@ bench: ## Scale benchmark (release operator, sim backend): N=100,1000,10000, or 
 .PHONY: test
 test: testbin lint crds-check features-check manifests-check ## The whole test suite (what CI runs).
 	hack/build-deps.sh
-	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --workspace --all-features --locked
+	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --workspace --all-features --locked --no-fail-fast
 	DEMO_ONESHOT=1 $(MAKE) --no-print-directory demo
 
 .PHONY: e2e-proxmox

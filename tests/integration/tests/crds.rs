@@ -136,12 +136,7 @@ async fn every_crd_is_established_structural_and_labelled() {
 async fn kubectl_explain_sees_the_descriptions() {
     let ns = banlieue_testenv::namespace("explain").await;
     for group in [banlieue_sdk::api::GROUP, banlieue_sdk::api::INFRA_GROUP] {
-        let request = http_get(&format!("/openapi/v3/apis/{group}/v1alpha1"));
-        let document: serde_json::Value = ns
-            .client
-            .request(request)
-            .await
-            .expect("OpenAPI v3 document");
+        let document = published_openapi_v3(&ns.client, group).await;
         let schemas = document["components"]["schemas"]
             .as_object()
             .expect("schemas");
@@ -165,6 +160,43 @@ async fn kubectl_explain_sees_the_descriptions() {
                 "{kind}: no spec schema"
             );
         }
+    }
+}
+
+/// The apiserver publishes a group's OpenAPI v3 document asynchronously, some time after
+/// its CRDs became Established (404 until then, and a partial document while the
+/// aggregator catches up), so wait until every kind of the group is in it.
+async fn published_openapi_v3(client: &kube::Client, group: &str) -> serde_json::Value {
+    let path = format!("/openapi/v3/apis/{group}/v1alpha1");
+    let kinds: Vec<String> = banlieue_sdk::crds::all()
+        .iter()
+        .filter(|c| c.spec.group == group)
+        .map(|c| format!(".v1alpha1.{}", c.spec.names.kind))
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let last = match client.request::<serde_json::Value>(http_get(&path)).await {
+            Ok(document) => {
+                let complete =
+                    document["components"]["schemas"]
+                        .as_object()
+                        .is_some_and(|schemas| {
+                            kinds
+                                .iter()
+                                .all(|kind| schemas.keys().any(|key| key.ends_with(kind.as_str())))
+                        });
+                if complete {
+                    return document;
+                }
+                "document without all kinds yet".to_owned()
+            }
+            Err(error) => error.to_string(),
+        };
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path} not published with all kinds within 60 s: {last}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
 }
 
