@@ -2,7 +2,9 @@
 //! applying arbitrary objects with server-side apply.
 
 pub mod capi;
+pub mod chaos;
 pub mod cloud_hypervisor;
+pub mod crashable;
 pub mod fakepve;
 pub mod libvirt;
 pub mod operator;
