@@ -76,7 +76,7 @@ impl SimBackend {
         self.world.count_call(call);
         let latency = self.settings.latency;
         let rate = self.settings.failure_rate;
-        if rate <= 0.0 {
+        if rate <= 0.0 || !self.settings.failure_calls.contains(call.setting_name()) {
             return Ok(latency);
         }
         let draw = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;

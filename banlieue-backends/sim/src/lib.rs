@@ -48,6 +48,7 @@
 //!   fault of a kind drawn uniformly from `failureKinds`. `transient` and `terminal`
 //!   faults fail the call with reason `SimulatedFault` before it changes anything;
 //!   `slow` lets it succeed but makes the operation it starts take 10 × `latency`.
+//!   `failureCalls` limits faults to some calls (the others neither fail nor draw).
 //!   Each backend instance has its own generator, restarted by every `connect`, so a
 //!   single-threaded sequence of calls is reproducible for a given `seed`.
 //! - **Capacity.** Creating a machine while the world holds `capacity` machines
@@ -66,6 +67,7 @@
 //! | `latency` | duration: `0`, or numbers with units `ns`, `us`, `ms`, `s`, `m`, `h` (`200ms`, `2s`, `1m30s`); at most `24h` | `0s` | how long each create, power change and delete takes |
 //! | `failureRate` | number from `0` to `1` | `0` | probability that a call is hit by a fault |
 //! | `failureKinds` | comma list of `transient`, `terminal`, `slow` | `transient` | the kinds a fault is drawn from, uniformly |
+//! | `failureCalls` | comma list of `check`, `findImage`, `ensure`, `observe`, `delete` | all of them | the calls faults can hit (e.g. `ensure` alone keeps the Provider Ready while machines fail) |
 //! | `seed` | unsigned 64-bit integer | a hash of the endpoint | seed of the fault generator |
 //! | `capacity` | non-negative integer | unlimited | most machines the world holds |
 //! | `failureDomains` | comma list of label values (at most 100) | `sim-a,sim-b` | the failure domains `check` reports and machines are placed in |
@@ -187,7 +189,7 @@ pub use backend::{SLOW_FACTOR, SimBackend};
 pub use factory::SimFactory;
 pub use machine::{MIN_RETRY_AFTER, SimMachineInfo};
 pub use settings::{
-    DEFAULT_FAILURE_DOMAINS, DEFAULT_RESOURCE, FaultKind, MAX_FAILURE_DOMAINS, MAX_LATENCY,
+    DEFAULT_FAILURE_DOMAINS, DEFAULT_RESOURCE, FAULT_CALLS, FaultKind, MAX_FAILURE_DOMAINS, MAX_LATENCY,
     RESOURCE_KEYS, SimFailureDomain, SimSettings, ZONE_LABEL, default_version, parse_duration,
 };
 pub use stats::SimStats;

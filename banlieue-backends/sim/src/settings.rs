@@ -41,7 +41,7 @@ pub const MAX_LATENCY: Duration = Duration::from_secs(24 * 60 * 60);
 pub const MAX_FAILURE_DOMAINS: usize = 100;
 
 /// The keys accepted in `Provider.spec.settings`, for error messages.
-const KNOWN_KEYS: &str = "latency, failureRate, failureKinds, seed, capacity, failureDomains, \
+const KNOWN_KEYS: &str = "latency, failureRate, failureKinds, failureCalls, seed, capacity, failureDomains, \
      features, features.<domain>, resources.<key>, resources.<key>.<domain>, version, machineKind";
 
 /// What an injected fault does to the call it hits.
@@ -81,6 +81,9 @@ impl fmt::Display for FaultKind {
     }
 }
 
+/// The backend calls a fault can hit, as named in the `failureCalls` setting.
+pub const FAULT_CALLS: [&str; 5] = ["check", "findImage", "ensure", "observe", "delete"];
+
 /// One simulated failure domain: its name and what it offers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -116,6 +119,9 @@ pub struct SimSettings {
     pub failure_rate: f64,
     /// The kinds a fault is drawn from, uniformly (`failureKinds`). Never empty.
     pub failure_kinds: Vec<FaultKind>,
+    /// The calls faults can hit (`failureCalls`), named as in [`FAULT_CALLS`]; every
+    /// call by default. Lets a test break `ensure` while `check` keeps the Provider Ready.
+    pub failure_calls: BTreeSet<String>,
     /// Seed of the fault-injection random number generator (`seed`).
     pub seed: u64,
     /// Maximum number of machines in this simulated hypervisor (`capacity`).
@@ -153,6 +159,7 @@ impl SimSettings {
                 }),
                 "failureRate" => parse_rate(value).map(|r| parsed.failure_rate = r),
                 "failureKinds" => parse_kinds(value).map(|k| parsed.failure_kinds = k),
+                "failureCalls" => parse_calls(value).map(|c| parsed.failure_calls = c),
                 "seed" => value
                     .parse::<u64>()
                     .map(|s| parsed.seed = s)
@@ -281,6 +288,7 @@ impl SimSettings {
             latency: Duration::ZERO,
             failure_rate: 0.0,
             failure_kinds: vec![FaultKind::Transient],
+            failure_calls: FAULT_CALLS.iter().map(|c| c.to_string()).collect(),
             seed: fnv1a(endpoint.as_bytes()),
             capacity: None,
             failure_domains: DEFAULT_FAILURE_DOMAINS
@@ -392,6 +400,21 @@ fn parse_kinds(value: &str) -> Result<Vec<FaultKind>, String> {
     Ok(kinds)
 }
 
+fn parse_calls(value: &str) -> Result<BTreeSet<String>, String> {
+    let allowed = format!("use a comma-separated list of {}", FAULT_CALLS.join(", "));
+    let items = parse_list(value, true).map_err(|e| format!("{e}; {allowed}"))?;
+    items
+        .into_iter()
+        .map(|item| {
+            if FAULT_CALLS.contains(&item.as_str()) {
+                Ok(item)
+            } else {
+                Err(format!("{item:?} is not a backend call; {allowed}"))
+            }
+        })
+        .collect()
+}
+
 fn parse_domain_names(value: &str) -> Result<Vec<String>, String> {
     let names = parse_list(value, true)?;
     let mut seen = BTreeSet::new();
@@ -497,6 +520,20 @@ mod tests {
         // The default seed is derived from the endpoint: stable, but different per endpoint.
         assert_eq!(s.seed, SimSettings::defaults("sim://test").seed);
         assert_ne!(s.seed, SimSettings::defaults("sim://other").seed);
+    }
+
+    #[test]
+    fn failure_calls() {
+        assert_eq!(parse(&[]).unwrap().failure_calls.len(), FAULT_CALLS.len());
+        let s = parse(&[("failureCalls", "ensure, delete")]).unwrap();
+        assert_eq!(
+            s.failure_calls.into_iter().collect::<Vec<_>>(),
+            ["delete", "ensure"]
+        );
+        let message = error(&[("failureCalls", "ensure,create")]);
+        assert!(message.contains("settings.failureCalls"), "{message}");
+        assert!(message.contains("\"create\" is not a backend call"), "{message}");
+        assert!(message.contains("findImage"), "{message}");
     }
 
     #[test]

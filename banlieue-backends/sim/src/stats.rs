@@ -57,6 +57,14 @@ impl Call {
             Self::Delete => "delete",
         }
     }
+
+    /// The name the `failureCalls` setting uses.
+    pub(crate) fn setting_name(self) -> &'static str {
+        match self {
+            Self::FindImage => "findImage",
+            other => other.name(),
+        }
+    }
 }
 
 /// Which fault counter an injected fault increments.
