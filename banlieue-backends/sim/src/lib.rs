@@ -189,8 +189,9 @@ pub use backend::{SLOW_FACTOR, SimBackend};
 pub use factory::SimFactory;
 pub use machine::{MIN_RETRY_AFTER, SimMachineInfo};
 pub use settings::{
-    DEFAULT_FAILURE_DOMAINS, DEFAULT_RESOURCE, FAULT_CALLS, FaultKind, MAX_FAILURE_DOMAINS, MAX_LATENCY,
-    RESOURCE_KEYS, SimFailureDomain, SimSettings, ZONE_LABEL, default_version, parse_duration,
+    DEFAULT_FAILURE_DOMAINS, DEFAULT_RESOURCE, FAULT_CALLS, FaultKind, MAX_FAILURE_DOMAINS,
+    MAX_LATENCY, RESOURCE_KEYS, SimFailureDomain, SimSettings, ZONE_LABEL, default_version,
+    parse_duration,
 };
 pub use stats::SimStats;
 

@@ -532,7 +532,10 @@ mod tests {
         );
         let message = error(&[("failureCalls", "ensure,create")]);
         assert!(message.contains("settings.failureCalls"), "{message}");
-        assert!(message.contains("\"create\" is not a backend call"), "{message}");
+        assert!(
+            message.contains("\"create\" is not a backend call"),
+            "{message}"
+        );
         assert!(message.contains("findImage"), "{message}");
     }
 
