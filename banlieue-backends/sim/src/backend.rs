@@ -15,7 +15,7 @@ use tracing::debug;
 
 use crate::machine::{Kind, MIN_RETRY_AFTER, mix64};
 use crate::settings::{FaultKind, SimSettings};
-use crate::stats::{Call, FaultCounter};
+use crate::stats::{Call, FaultCounter, SimCall};
 use crate::world::{CreateError, NewMachine, World};
 
 /// SplitMix64's increment (the golden ratio in 64 bits).
@@ -72,8 +72,21 @@ impl SimBackend {
 
     /// Counts the call and draws its fault. Returns the latency operations started by
     /// this call take (ten times `latency` under a `slow` fault), or the injected error.
-    fn inject(&self, call: Call) -> Result<Duration, BackendError> {
+    fn inject(&self, call: Call, uid: Option<&str>) -> Result<Duration, BackendError> {
+        let result = self.draw_fault(call);
         self.world.count_call(call);
+        if self.settings.record_calls {
+            self.world.record_call(SimCall {
+                at: Instant::now(),
+                call: call.setting_name(),
+                uid: uid.map(str::to_owned),
+                failed: result.is_err(),
+            });
+        }
+        result
+    }
+
+    fn draw_fault(&self, call: Call) -> Result<Duration, BackendError> {
         let latency = self.settings.latency;
         let rate = self.settings.failure_rate;
         if rate <= 0.0 || !self.settings.failure_calls.contains(call.setting_name()) {
@@ -147,7 +160,7 @@ fn invalid_identity(identity: &MachineIdentity) -> Option<BackendError> {
 #[async_trait]
 impl Backend for SimBackend {
     async fn check(&self) -> Result<Inventory, BackendError> {
-        self.inject(Call::Check)?;
+        self.inject(Call::Check, None)?;
         Ok(Inventory {
             version: self.settings.version.clone(),
             failure_domains: self
@@ -160,7 +173,7 @@ impl Backend for SimBackend {
     }
 
     async fn find_image(&self, sources: &ImageSourceSet) -> Result<ImageLookup, BackendError> {
-        self.inject(Call::FindImage)?;
+        self.inject(Call::FindImage, None)?;
         Ok(match &sources.sim {
             Some(sim) => ImageLookup::Available {
                 resolved: format!("sim:{}", sim.name),
@@ -174,7 +187,7 @@ impl Backend for SimBackend {
     }
 
     async fn ensure(&self, request: &MachineRequest) -> Result<MachineObservation, BackendError> {
-        let latency = self.inject(Call::Ensure)?;
+        let latency = self.inject(Call::Ensure, Some(&request.identity.uid))?;
         let identity = &request.identity;
         if let Some(e) = invalid_identity(identity) {
             return Err(e);
@@ -263,12 +276,12 @@ impl Backend for SimBackend {
         &self,
         identity: &MachineIdentity,
     ) -> Result<Option<MachineObservation>, BackendError> {
-        self.inject(Call::Observe)?;
+        self.inject(Call::Observe, Some(&identity.uid))?;
         Ok(self.world.observe(&identity.uid, Instant::now()))
     }
 
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
-        let latency = self.inject(Call::Delete)?;
+        let latency = self.inject(Call::Delete, Some(&identity.uid))?;
         Ok(
             match self.world.delete(&identity.uid, latency, Instant::now()) {
                 None => Deletion::Gone,

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::backend::SimBackend;
 use crate::machine::SimMachineInfo;
 use crate::settings::SimSettings;
-use crate::stats::SimStats;
+use crate::stats::{SimCall, SimStats};
 use crate::world::World;
 
 /// The [`BackendFactory`] of the `sim` Provider class.
@@ -90,6 +90,12 @@ impl SimFactory {
         self.world(endpoint)
             .map(|w| w.stats(Instant::now()))
             .unwrap_or_default()
+    }
+
+    /// The calls recorded on `endpoint` by Providers that set `recordCalls: "true"`,
+    /// in arrival order (empty for an endpoint never connected).
+    pub fn calls(&self, endpoint: &str) -> Vec<SimCall> {
+        self.world(endpoint).map(|w| w.calls()).unwrap_or_default()
     }
 
     /// Removes the machine carrying `uid` at once, as if an administrator deleted it

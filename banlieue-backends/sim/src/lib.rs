@@ -68,6 +68,7 @@
 //! | `failureRate` | number from `0` to `1` | `0` | probability that a call is hit by a fault |
 //! | `failureKinds` | comma list of `transient`, `terminal`, `slow` | `transient` | the kinds a fault is drawn from, uniformly |
 //! | `failureCalls` | comma list of `check`, `findImage`, `ensure`, `observe`, `delete` | all of them | the calls faults can hit (e.g. `ensure` alone keeps the Provider Ready while machines fail) |
+//! | `recordCalls` | `true` or `false` | `false` | record every call with its time and machine, for [`SimFactory::calls`] (tests of retry spacing) |
 //! | `seed` | unsigned 64-bit integer | a hash of the endpoint | seed of the fault generator |
 //! | `capacity` | non-negative integer | unlimited | most machines the world holds |
 //! | `failureDomains` | comma list of label values (at most 100) | `sim-a,sim-b` | the failure domains `check` reports and machines are placed in |
@@ -193,7 +194,7 @@ pub use settings::{
     MAX_LATENCY, RESOURCE_KEYS, SimFailureDomain, SimSettings, ZONE_LABEL, default_version,
     parse_duration,
 };
-pub use stats::SimStats;
+pub use stats::{SimCall, SimStats};
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::Sim;

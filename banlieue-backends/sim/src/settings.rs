@@ -41,7 +41,7 @@ pub const MAX_LATENCY: Duration = Duration::from_secs(24 * 60 * 60);
 pub const MAX_FAILURE_DOMAINS: usize = 100;
 
 /// The keys accepted in `Provider.spec.settings`, for error messages.
-const KNOWN_KEYS: &str = "latency, failureRate, failureKinds, failureCalls, seed, capacity, failureDomains, \
+const KNOWN_KEYS: &str = "latency, failureRate, failureKinds, failureCalls, recordCalls, seed, capacity, failureDomains, \
      features, features.<domain>, resources.<key>, resources.<key>.<domain>, version, machineKind";
 
 /// What an injected fault does to the call it hits.
@@ -122,6 +122,9 @@ pub struct SimSettings {
     /// The calls faults can hit (`failureCalls`), named as in [`FAULT_CALLS`]; every
     /// call by default. Lets a test break `ensure` while `check` keeps the Provider Ready.
     pub failure_calls: BTreeSet<String>,
+    /// Whether every call is recorded with its time (`recordCalls`), for
+    /// [`crate::SimFactory::calls`]. Off by default: a benchmark's calls would pile up.
+    pub record_calls: bool,
     /// Seed of the fault-injection random number generator (`seed`).
     pub seed: u64,
     /// Maximum number of machines in this simulated hypervisor (`capacity`).
@@ -160,6 +163,10 @@ impl SimSettings {
                 "failureRate" => parse_rate(value).map(|r| parsed.failure_rate = r),
                 "failureKinds" => parse_kinds(value).map(|k| parsed.failure_kinds = k),
                 "failureCalls" => parse_calls(value).map(|c| parsed.failure_calls = c),
+                "recordCalls" => value
+                    .parse::<bool>()
+                    .map(|b| parsed.record_calls = b)
+                    .map_err(|_| format!("{value:?} is not a boolean; use true or false")),
                 "seed" => value
                     .parse::<u64>()
                     .map(|s| parsed.seed = s)
@@ -289,6 +296,7 @@ impl SimSettings {
             failure_rate: 0.0,
             failure_kinds: vec![FaultKind::Transient],
             failure_calls: FAULT_CALLS.iter().map(|c| c.to_string()).collect(),
+            record_calls: false,
             seed: fnv1a(endpoint.as_bytes()),
             capacity: None,
             failure_domains: DEFAULT_FAILURE_DOMAINS
@@ -537,6 +545,8 @@ mod tests {
             "{message}"
         );
         assert!(message.contains("findImage"), "{message}");
+        assert!(parse(&[("recordCalls", "true")]).unwrap().record_calls);
+        assert!(error(&[("recordCalls", "yes")]).contains("settings.recordCalls"));
     }
 
     #[test]

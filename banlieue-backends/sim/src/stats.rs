@@ -37,6 +37,21 @@ impl SimStats {
     }
 }
 
+/// One backend call, recorded when the Provider sets `recordCalls: "true"` (for tests
+/// that check retry spacing; see [`crate::SimFactory::calls`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SimCall {
+    /// When the call arrived ([`tokio::time::Instant`]).
+    pub at: tokio::time::Instant,
+    /// Which call, named as in the `failureCalls` setting (`ensure`, `findImage`, ...).
+    pub call: &'static str,
+    /// The machine it was about (`None` for `check` and `findImage`).
+    pub uid: Option<String>,
+    /// Whether an injected fault failed it.
+    pub failed: bool,
+}
+
 /// Which counter a call increments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Call {

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use crate::addresses::AddressPool;
 use crate::machine::{Kind, Machine, Op, SimMachineInfo, Step, machine_uuid, transition_name};
 use crate::settings::fnv1a;
-use crate::stats::{Call, Counters, FaultCounter, SimStats};
+use crate::stats::{Call, Counters, FaultCounter, SimCall, SimStats};
 
 /// Why a machine could not be created.
 #[derive(Debug, PartialEq, Eq)]
@@ -101,6 +101,9 @@ pub(crate) struct World {
     id_seed: u64,
     state: Mutex<State>,
     counters: Counters,
+    /// Calls recorded for Providers with `recordCalls` (kept apart from `state` so
+    /// recording never contends with machine operations).
+    calls: Mutex<Vec<SimCall>>,
 }
 
 impl World {
@@ -110,6 +113,7 @@ impl World {
             id_seed: fnv1a(endpoint.as_bytes()),
             state: Mutex::default(),
             counters: Counters::default(),
+            calls: Mutex::default(),
         }
     }
 
@@ -126,6 +130,20 @@ impl World {
 
     pub(crate) fn count_call(&self, call: Call) {
         self.counters.calls[call as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_call(&self, call: SimCall) {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(call);
+    }
+
+    pub(crate) fn calls(&self) -> Vec<SimCall> {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn count_fault(&self, fault: FaultCounter) {
