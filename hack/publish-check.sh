@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `cargo publish --dry-run` for every workspace crate that is published (every member
+# without `publish = false`: banlieue-sdk, its helper crates and the backends). Cargo
+# (>= 1.90) packages them together, so a crate whose path dependency is not on
+# crates.io yet verifies against the freshly packaged one. Each package is built from
+# its .crate file alone, which catches what a workspace build cannot: a file outside
+# the package, a path dependency without a version, a dependency only dev-dependencies
+# provided, a missing README.
+#
+# Libraries select no Kubernetes version (k8s-openapi's rule), so the lone builds set
+# K8S_OPENAPI_ENABLED_VERSION, k8s-openapi's switch for builds without dev-dependencies
+# (docs.rs does the same through `[package.metadata.docs.rs] cargo-args`). They run in
+# their own target directory so the workspace's artifacts are never invalidated.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+CARGO=${CARGO:-cargo}
+hack/build-deps.sh
+
+version=$("$CARGO" --version | awk '{print $2}')
+if [[ "$(printf '%s\n' 1.90.0 "${version%%-*}" | sort -V | head -1)" != 1.90.0 ]]; then
+  echo "publish-check: cargo $version cannot package unpublished path dependencies together; needs >= 1.90" >&2
+  exit 1
+fi
+
+mapfile -t crates < <("$CARGO" metadata --no-deps --format-version 1 --locked | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["packages"]:
+    if p.get("publish") != []:
+        print(p["name"])
+' | sort)
+if [[ ${#crates[@]} -eq 0 ]]; then
+  echo "publish-check: no publishable crate found" >&2
+  exit 1
+fi
+echo "publish-check: ${crates[*]}"
+
+args=()
+for crate in "${crates[@]}"; do args+=(-p "$crate"); done
+target=${CARGO_TARGET_DIR:-target}/publish-check
+# --allow-dirty: this checks the packages, not whether the work tree is committed.
+K8S_OPENAPI_ENABLED_VERSION=1.33 CARGO_TARGET_DIR="$target" \
+  "$CARGO" publish --dry-run --locked --allow-dirty "${args[@]}"
+echo "publish-check: ${#crates[@]} crates package and build on their own"
