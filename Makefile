@@ -25,7 +25,7 @@ bench: ## Scale benchmark (release operator, sim backend): N=100,1000,10000, or 
 	KUBEBUILDER_ASSETS="$$assets" "$$bin/banlieue-bench" --operator "$$bin/banlieue" --sizes "$${sizes:-100,1000,10000}" $(BENCH_ARGS)
 
 .PHONY: test
-test: testbin lint crds-check features-check manifests-check ## The whole test suite (what CI runs).
+test: testbin lint crds-check features-check manifests-check docs-check ## The whole test suite (what CI runs).
 	hack/build-deps.sh
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --workspace --all-features --locked --no-fail-fast
 	DEMO_ONESHOT=1 $(MAKE) --no-print-directory demo
@@ -122,3 +122,16 @@ clusterctl-components: ## Write clusterctl's release assets to target/clusterctl
 e2e-capi-packaging: testbin ## bootstrap operator twice on the test control plane, the CAPI rig, real clusterctl on our release; part of `make test`.
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue --test bootstrap --test clusterctl
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test capi_rig
+
+.PHONY: docs
+docs: ## Build the book (docs/book, mdBook) into target/book.
+	@hack/build-deps.sh; mdbook=$$(hack/docs-tools.sh); \
+	"$$mdbook" build docs/book --dest-dir "$(CURDIR)/target/book"
+
+.PHONY: docs-gen
+docs-gen: ## Regenerate the book's API reference (from the CRDs) and SUMMARY.md's generated lists.
+	@hack/build-deps.sh; $(CARGO) run --quiet --locked -p banlieue-docgen -- generate docs/book/src
+
+.PHONY: docs-check
+docs-check: ## Fail when the book's generated pages are stale, it does not build cleanly, or a link is broken.
+	@hack/build-deps.sh; hack/docs-check.sh
