@@ -25,7 +25,7 @@ bench: ## Scale benchmark (release operator, sim backend): N=100,1000,10000, or 
 	KUBEBUILDER_ASSETS="$$assets" "$$bin/banlieue-bench" --operator "$$bin/banlieue" --sizes "$${sizes:-100,1000,10000}" $(BENCH_ARGS)
 
 .PHONY: test
-test: testbin lint crds-check features-check manifests-check docs-check ## The whole test suite (what CI runs).
+test: testbin lint crds-check features-check manifests-check docs-check publish-check ## The whole test suite (what CI runs).
 	hack/build-deps.sh
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --workspace --all-features --locked --no-fail-fast
 	DEMO_ONESHOT=1 $(MAKE) --no-print-directory demo
@@ -135,3 +135,11 @@ docs-gen: ## Regenerate the book's API reference (from the CRDs) and SUMMARY.md'
 .PHONY: docs-check
 docs-check: ## Fail when the book's generated pages are stale, it does not build cleanly, or a link is broken.
 	@hack/build-deps.sh; hack/docs-check.sh
+
+.PHONY: publish-check
+publish-check: ## cargo publish --dry-run of every published crate (SDK, nocloud, backends), packaged together and built alone; part of `make test`.
+	hack/publish-check.sh
+
+.PHONY: semver-check
+semver-check: ## Release time: cargo-semver-checks of the published crates against the newest v* tag (passes with a note while there is none; builds the tool once, ~20 min cold).
+	hack/semver-check.sh
