@@ -158,19 +158,24 @@ fn nic_model(model: ProxmoxNicModel) -> &'static str {
     }
 }
 
-/// The MAC of a current `netN` value (`virtio=BC:24:11:..,bridge=..`).
-fn current_mac(current: Option<&str>) -> Option<&str> {
-    let first = current?.split(',').next()?;
-    let (_, mac) = first.split_once('=')?;
-    (mac.len() == 17).then_some(mac)
+/// Where the NoCloud seed goes: the drive key and the volume ID.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeedDrive {
+    /// `ide2`, `sata0`, ...
+    pub key: String,
+    /// `<storage>:iso/<name>.iso`.
+    pub volid: String,
 }
 
 /// The config written once after the clone (`PUT …/config`), given the clone's
-/// current config. The UID tag it sets marks the VM as configured.
+/// current config. The UID tag it sets marks the VM as configured. With a `seed`,
+/// the bootstrap data travels on it and PVE's own cloud-init keys carry only the
+/// addresses; without one, `sshkeys` are taken from the cloud-config.
 pub fn machine_config(
     spec: &ProxmoxMachineSpec,
     identity: &MachineIdentity,
     bootstrap: Option<&BootstrapData>,
+    seed: Option<&SeedDrive>,
     current: &Value,
 ) -> Form {
     let text = |key: &str| current.get(key).and_then(Value::as_str);
@@ -198,17 +203,11 @@ pub fn machine_config(
     form.push("tags", tags.join(";"));
 
     let mut nameservers: Vec<String> = Vec::new();
-    for (i, nic) in spec.network.iter().enumerate() {
+    let macs = crate::seed::macs(spec, &identity.uid, current);
+    for (i, (nic, mac)) in spec.network.iter().zip(&macs).enumerate() {
         let key = format!("net{i}");
         let model = nic_model(nic.model);
-        let mac = nic
-            .mac_address
-            .as_deref()
-            .or_else(|| current_mac(text(&key)));
-        let mut value = match mac {
-            Some(mac) => format!("{model}={}", mac.to_ascii_uppercase()),
-            None => model.to_string(),
-        };
+        let mut value = format!("{model}={mac}");
         value.push_str(&format!(",bridge={}", nic.bridge));
         if let Some(vlan) = nic.vlan {
             value.push_str(&format!(",tag={vlan}"));
@@ -253,7 +252,9 @@ pub fn machine_config(
     if !nameservers.is_empty() {
         form.push("nameserver", nameservers.join(" "));
     }
-    if let Some(bootstrap) = bootstrap {
+    if let Some(seed) = seed {
+        form.push(&seed.key, format!("{},media=cdrom", seed.volid));
+    } else if let Some(bootstrap) = bootstrap {
         let keys = cloud_config_ssh_keys(bootstrap);
         if !keys.is_empty() {
             form.push("sshkeys", sshkeys_value(&keys));
@@ -349,7 +350,7 @@ mod tests {
                           "gateway": "10.0.0.1", "nameservers": ["10.0.0.2", "10.0.0.3"]}}
             ]
         }));
-        let form = machine_config(&spec, &identity(), None, &golden_config());
+        let form = machine_config(&spec, &identity(), None, None, &golden_config());
         let get = |k: &str| form.get(k).map(str::to_string);
         assert_eq!(get("name").as_deref(), Some("web-1"));
         assert_eq!(get("cores").as_deref(), Some("2"));
@@ -400,7 +401,13 @@ mod tests {
             ),
             network_config: None,
         };
-        let form = machine_config(&spec(json!({})), &identity(), Some(&bootstrap), &json!({}));
+        let form = machine_config(
+            &spec(json!({})),
+            &identity(),
+            Some(&bootstrap),
+            None,
+            &json!({}),
+        );
         let value = form.get("sshkeys").unwrap();
         assert_eq!(
             value,
@@ -420,6 +427,7 @@ mod tests {
             &spec(json!({})),
             &identity(),
             None,
+            None,
             &json!({"tags": "os;prod"}),
         );
         assert_eq!(
@@ -435,7 +443,7 @@ mod tests {
     fn additional_disks_and_resize() {
         let spec = spec(json!({"diskGiB": 20, "storage": "fast",
             "additionalDisks": [{"name": "data", "sizeGiB": 50}, {"name": "logs", "sizeGiB": 5, "storage": "slow"}]}));
-        let form = machine_config(&spec, &identity(), None, &golden_config());
+        let form = machine_config(&spec, &identity(), None, None, &golden_config());
         assert_eq!(form.get("scsi1"), Some("fast:50"));
         assert_eq!(form.get("scsi2"), Some("slow:5"));
         let resize = boot_disk_resize(&spec, &golden_config()).unwrap();

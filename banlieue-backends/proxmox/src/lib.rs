@@ -86,6 +86,7 @@ mod backend;
 pub mod client;
 pub mod config;
 pub mod inventory;
+pub mod seed;
 pub mod settings;
 pub mod tasks;
 pub mod vmid;

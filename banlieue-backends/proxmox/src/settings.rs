@@ -22,6 +22,9 @@ pub struct ProxmoxSettings {
     /// VLAN tags the Provider offers (`vlans`, a comma list), published as resource
     /// `vlan` on every failure domain. PVE cannot list the VLANs a bridge carries.
     pub vlans: BTreeSet<String>,
+    /// The storage NoCloud seeds are uploaded to (`seedStorage`); default: the
+    /// first active storage with `iso` content on the VM's node.
+    pub seed_storage: Option<String>,
 }
 
 impl Default for ProxmoxSettings {
@@ -32,6 +35,7 @@ impl Default for ProxmoxSettings {
             failed_clone_backoff: Duration::from_secs(60),
             cluster: None,
             vlans: BTreeSet::new(),
+            seed_storage: None,
         }
     }
 }
@@ -77,6 +81,10 @@ impl ProxmoxSettings {
             }
         }
         parsed.cluster = settings.get("cluster").cloned().filter(|c| !c.is_empty());
+        parsed.seed_storage = settings
+            .get("seedStorage")
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
         if let Some(v) = settings.get("vlans") {
             for tag in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
                 match tag.parse::<u16>() {
@@ -106,8 +114,10 @@ mod tests {
             ("shutdownTimeout".into(), "30".into()),
             ("vlans".into(), "10, 20".into()),
             ("machineKind".into(), "ignored".into()),
+            ("seedStorage".into(), " isos ".into()),
         ]))
         .unwrap();
+        assert_eq!(s.seed_storage.as_deref(), Some("isos"));
         assert_eq!(s.task_poll_interval, Duration::from_millis(250));
         assert_eq!(s.shutdown_timeout, 30);
         assert_eq!(s.vlans, BTreeSet::from(["10".into(), "20".into()]));

@@ -199,6 +199,30 @@ impl FakePve {
         self.command(json!({"cmd": "revoke_tickets"}));
     }
 
+    /// Files uploaded to storages, by file name: `(storage, content type, bytes)`.
+    pub fn uploads(&self) -> std::collections::BTreeMap<String, (String, String, Vec<u8>)> {
+        use base64::Engine;
+        let answer = self.command(json!({"cmd": "uploads"}));
+        answer["uploads"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, u)| {
+                let data = base64::engine::general_purpose::STANDARD
+                    .decode(u["data"].as_str().unwrap_or_default())
+                    .expect("base64 from the harness");
+                let text = |k: &str| u[k].as_str().unwrap_or_default().to_string();
+                (name.clone(), (text("storage"), text("content"), data))
+            })
+            .collect()
+    }
+
+    /// The ISO files on each storage.
+    pub fn isos(&self) -> std::collections::BTreeMap<String, Vec<String>> {
+        serde_json::from_value(self.command(json!({"cmd": "isos"}))["isos"].clone())
+            .expect("isos from the harness")
+    }
+
     /// Requests seen from index `since`: `([method, path]…, next index)`.
     pub fn requests(&self, since: usize) -> (Vec<(String, String)>, usize) {
         let answer = self.command(json!({"cmd": "requests", "since": since}));

@@ -451,3 +451,81 @@ async fn machines_created_at_once_never_share_a_vmid() {
         let _ = d;
     }
 }
+
+/// The bootstrap data travels whole on a NoCloud ISO uploaded to an `iso` storage of
+/// the VM's node and attached as a CD-ROM in place of PVE's cloud-init drive; it is
+/// deleted with the VM and never shows in the objects' status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_data_travels_on_a_nocloud_iso_deleted_with_the_vm() {
+    let Some((ns, _operator, pve)) = world("pve-seed", Auth::Token).await else {
+        return;
+    };
+    let user_data = "#cloud-config\nssh_authorized_keys: [\"ssh-ed25519 AAAA me@host\"]\nruncmd: [\"kubeadm join --token s3cr3t-join-token\"]\n";
+    apply(
+        &ns.client,
+        &ns.name,
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "boot"},
+                "stringData": {"value": user_data}}),
+    )
+    .await
+    .unwrap();
+    let mut object = vm(&ns, "seeded-1");
+    object["spec"]["bootstrap"] = json!({"userData": {"name": "boot"}});
+    apply(&ns.client, &ns.name, &object).await.unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    wait_for(&vms, "seeded-1", WAIT, is_ready).await;
+
+    let machine = machine_of(&pve, "seeded-1").expect("a VM on fakepve");
+    let config = &machine["config"];
+    let uid = config["smbios1"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("uuid=")
+        .to_string();
+    let name = format!("banlieue-{uid}-seed.iso");
+    // The template's cloud-init drive (ide2) now holds the seed.
+    assert_eq!(
+        config["ide2"],
+        format!("local:iso/{name},media=cdrom"),
+        "{config}"
+    );
+    assert!(config.get("sshkeys").is_none(), "{config}");
+    let uploads = pve.uploads();
+    let (storage, content, image) = uploads.get(&name).expect("the seed was uploaded");
+    assert_eq!((storage.as_str(), content.as_str()), ("local", "iso"));
+    let seed = banlieue_backend_proxmox::seed::read(image).expect("an ISO 9660 image");
+    assert_eq!(seed.label, "cidata");
+    let file = |n: &str| {
+        seed.files
+            .iter()
+            .find(|(f, _)| f == n)
+            .map(|(_, d)| String::from_utf8(d.clone()).unwrap())
+            .unwrap_or_else(|| panic!("{n} missing from {:?}", seed.files))
+    };
+    assert_eq!(file("user-data"), user_data);
+    assert!(file("meta-data").contains(&format!("instance-id: \"{uid}\"")));
+    let mac = config["net0"]
+        .as_str()
+        .unwrap()
+        .split([',', '='])
+        .nth(1)
+        .unwrap();
+    assert!(
+        file("network-config").contains(&format!("macaddress: \"{}\"", mac.to_ascii_lowercase())),
+        "{}",
+        file("network-config")
+    );
+    assert!(pve.isos()["local"].contains(&name));
+
+    // Bootstrap data never shows in status (nor, through it, in errors).
+    let machines: Api<ProxmoxMachine> = ns.api();
+    let status = serde_json::to_string(&machines.get("seeded-1").await.unwrap().status).unwrap();
+    assert!(!status.contains("s3cr3t"), "{status}");
+
+    vms.delete("seeded-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&vms, "seeded-1", WAIT).await;
+    assert!(machine_of(&pve, "seeded-1").is_none());
+    assert!(!pve.isos()["local"].contains(&name), "{:?}", pve.isos());
+}

@@ -27,6 +27,8 @@ Then it reads one JSON command per line on stdin and answers one JSON line on st
     lose_quorum / regain_quorum
     revoke_tickets                       every ticket becomes invalid (401)
     requests {since}                     the requests seen (method, path), from index `since`
+    uploads                              files uploaded to storages: {name: {storage, content, data (base64)}}
+    isos                                 the ISO files on each storage: {storage: [name, ...]}
 
 The guest agent answers for every non-template VM with `agent: 1` in its config, with
 one interface whose IPv4 address is 10.99.<vmid / 256>.<vmid % 256>. EOF on stdin
@@ -35,6 +37,7 @@ stops the server.
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import secrets
@@ -91,6 +94,20 @@ class Harness(object):
             return await original(vm, keys)
         pve.ceph_io = ceph_io
 
+        # fakepve keeps only the last upload's fields; keep every file's bytes.
+        self.uploads = {}
+        upload = pve._upload
+
+        async def recording_upload(request):
+            answer = await upload(request)
+            fields = getattr(pve, 'uploaded', None) or {}
+            if 'filename' in fields:
+                self.uploads[fields['filename']] = {
+                    'storage': request.match_info['storage'], 'content': fields.get('content'),
+                    'data': base64.b64encode(fields.get('data', b'')).decode()}
+            return answer
+        pve._upload = recording_upload
+
     async def agents(self):
         while True:
             for vm in list(self.pve.vms):
@@ -125,6 +142,10 @@ class Harness(object):
             pve.regain_quorum()
         elif cmd == 'revoke_tickets':
             pve.revoke_tickets()
+        elif cmd == 'uploads':
+            return {'uploads': self.uploads}
+        elif cmd == 'isos':
+            return {'isos': dict((name, sorted(store.get('files', ()))) for name, store in pve.storages.items())}
         elif cmd == 'requests':
             since = int(c.get('since', 0))
             return {'requests': [[m, p] for (m, p, _b) in pve.requests[since:]], 'next': len(pve.requests)}

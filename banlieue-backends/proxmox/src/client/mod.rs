@@ -4,6 +4,7 @@
 
 mod envelope;
 mod form;
+mod multipart;
 mod tls;
 
 use std::time::{Duration, Instant};
@@ -158,10 +159,36 @@ impl PveClient {
         self.call(Method::DELETE, path, query).await
     }
 
+    /// `POST path` as `multipart/form-data`: the `fields`, then `data` as the file
+    /// field `file_field` named `filename` (PVE's storage upload). The body is never
+    /// logged.
+    pub async fn upload(
+        &self,
+        path: &str,
+        fields: &Form,
+        file_field: &str,
+        filename: &str,
+        data: &[u8],
+    ) -> Result<Value, PveError> {
+        let body = multipart::Body::new(fields, file_field, filename, data);
+        self.call_with(Method::POST, path, &Form::new(), Some(&body))
+            .await
+    }
+
     async fn call(&self, method: Method, path: &str, form: &Form) -> Result<Value, PveError> {
+        self.call_with(method, path, form, None).await
+    }
+
+    async fn call_with(
+        &self,
+        method: Method,
+        path: &str,
+        form: &Form,
+        multipart: Option<&multipart::Body>,
+    ) -> Result<Value, PveError> {
         let mut renewed = false;
         loop {
-            let result = self.send(&method, path, form).await;
+            let result = self.send(&method, path, form, multipart).await;
             match (&self.auth, &result) {
                 // A revoked or expired ticket: log in again once.
                 (Auth::Ticket { session, .. }, Err(PveError::Api { status: 401, .. }))
@@ -175,7 +202,13 @@ impl PveClient {
         }
     }
 
-    async fn send(&self, method: &Method, path: &str, form: &Form) -> Result<Value, PveError> {
+    async fn send(
+        &self,
+        method: &Method,
+        path: &str,
+        form: &Form,
+        multipart: Option<&multipart::Body>,
+    ) -> Result<Value, PveError> {
         let mut url = format!("{}{path}", self.base);
         let body = matches!(*method, Method::POST | Method::PUT);
         if !body && !form.is_empty() {
@@ -183,7 +216,12 @@ impl PveClient {
             url.push_str(&form.encode());
         }
         let mut request = self.http.request(method.clone(), &url);
-        if body {
+        if let Some(multipart) = multipart {
+            // A known length: PVE (and fakepve) want Content-Length, not chunks.
+            request = request
+                .header("Content-Type", multipart.content_type())
+                .body(multipart.bytes().to_vec());
+        } else if body {
             request = request
                 .header("Content-Type", "application/x-www-form-urlencoded")
                 .body(form.encode());
