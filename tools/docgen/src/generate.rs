@@ -55,6 +55,13 @@ pub fn check(src: &Path) -> anyhow::Result<()> {
     if summary_text(src)? != read(&src.join("SUMMARY.md"))? {
         stale.push("SUMMARY.md: a generated block differs".into());
     }
+    let excerpts = crate::includes::check(src)?;
+    if !excerpts.is_empty() {
+        bail!(
+            "excerpts of examples/ went stale:\n  {}",
+            excerpts.join("\n  ")
+        );
+    }
     if !stale.is_empty() {
         bail!(
             "the book's generated pages are stale: run 'make docs-gen' and commit the result\n  {}",

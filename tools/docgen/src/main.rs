@@ -10,6 +10,7 @@
 
 mod api_reference;
 mod generate;
+mod includes;
 mod links;
 mod schema;
 mod summary;

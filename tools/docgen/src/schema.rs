@@ -196,6 +196,11 @@ fn text(value: Option<&Value>) -> &str {
 fn scalar(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
+        // Bounds are stored as floats (`1.0`); a whole number reads better as one.
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+            _ => n.to_string(),
+        },
         other => other.to_string(),
     }
 }
@@ -227,7 +232,7 @@ mod tests {
             "properties": {
                 "name": {"type": "string", "maxLength": 63, "description": "The name."},
                 "mode": {"type": "string", "enum": ["A", "B"], "default": "A"},
-                "size": {"type": "integer", "format": "int32", "minimum": 1, "maximum": 8},
+                "size": {"type": "integer", "format": "int32", "minimum": 1.0, "maximum": 8},
                 "tags": {"type": "array", "items": {"type": "string", "minLength": 1}, "x-kubernetes-list-type": "set"},
                 "disks": {"type": "array", "items": {"type": "object", "properties": {"gib": {"type": "integer"}}}},
                 "labels": {"type": "object", "additionalProperties": {"type": "string"}}
