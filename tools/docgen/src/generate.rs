@@ -2,6 +2,7 @@
 //! the SUMMARY.md blocks that list them, the benchmark reports and the ADRs (whose
 //! files stay where they are, in docs/; the book reaches them through symlinks).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, bail};
@@ -9,9 +10,18 @@ use anyhow::{Context, bail};
 use crate::api_reference;
 use crate::summary;
 
+/// Every generated page, by book-relative path: the API reference and the backends'
+/// crate docs. `src` is the book's `src/` (the repository root is three levels up).
+fn pages(src: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut pages = api_reference::render_all()?;
+    let repo = src.join("../../..");
+    pages.extend(crate::crate_docs::render_all(&repo)?);
+    Ok(pages)
+}
+
 /// Writes the pages (removing pages of kinds that no longer exist) and SUMMARY.md.
 pub fn write(src: &Path) -> anyhow::Result<()> {
-    let pages = api_reference::render_all()?;
+    let pages = pages(src)?;
     let dir = src.join(api_reference::DIR);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     for stale in markdown_files(&dir)? {
@@ -19,6 +29,7 @@ pub fn write(src: &Path) -> anyhow::Result<()> {
             std::fs::remove_file(dir.join(&stale))?;
         }
     }
+    std::fs::create_dir_all(src.join(crate::crate_docs::DIR))?;
     for (path, text) in &pages {
         std::fs::write(src.join(path), text).with_context(|| format!("writing {path}"))?;
     }
@@ -26,7 +37,7 @@ pub fn write(src: &Path) -> anyhow::Result<()> {
     std::fs::write(&summary_path, summary_text(src)?)
         .with_context(|| format!("writing {}", summary_path.display()))?;
     println!(
-        "docs: {} API reference pages and SUMMARY.md written under {}",
+        "docs: {} generated pages and SUMMARY.md written under {}",
         pages.len(),
         src.display()
     );
@@ -35,7 +46,7 @@ pub fn write(src: &Path) -> anyhow::Result<()> {
 
 /// Fails, listing what differs, when a committed page or SUMMARY.md block is stale.
 pub fn check(src: &Path) -> anyhow::Result<()> {
-    let pages = api_reference::render_all()?;
+    let pages = pages(src)?;
     let mut stale = Vec::new();
     for (path, text) in &pages {
         match std::fs::read_to_string(src.join(path)) {
@@ -69,7 +80,7 @@ pub fn check(src: &Path) -> anyhow::Result<()> {
         );
     }
     println!(
-        "docs: {} API reference pages and SUMMARY.md, up to date",
+        "docs: {} generated pages and SUMMARY.md, up to date",
         pages.len()
     );
     Ok(())

@@ -1,7 +1,7 @@
 //! `banlieue-docgen`: the book's generated pages and its link check.
 //!
 //! ```text
-//! banlieue-docgen generate <book-src> [--check]   API reference pages, SUMMARY.md blocks
+//! banlieue-docgen generate <book-src> [--check]   API reference, backends' crate docs, SUMMARY.md blocks
 //! banlieue-docgen check-links <built-html-dir>     every relative link and anchor resolves
 //! ```
 //!
@@ -9,6 +9,7 @@
 //! generates, the way `make crds-check` does for `deploy/crds/`.
 
 mod api_reference;
+mod crate_docs;
 mod generate;
 mod includes;
 mod links;
