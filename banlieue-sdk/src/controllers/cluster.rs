@@ -44,7 +44,8 @@ pub(crate) async fn run<K: InfraCluster>(
 ) {
     let api = watch::namespaced::<K>(&ctx.client, &ctx.settings);
     let controller = Controller::new(api, watch::filtered(&ctx.settings))
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.provider));
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.provider))
+        .trigger_backoff(watch::backoff());
     let clusters = controller.store();
     let controller = controller.watches(
         watch::namespaced::<Provider>(&ctx.client, &ctx.settings),

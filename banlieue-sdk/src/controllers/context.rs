@@ -280,7 +280,7 @@ where
 {
     Box::pin(async move {
         watcher(api, config)
-            .default_backoff()
+            .backoff(super::watch::backoff())
             .reflect(writer)
             .applied_objects()
             .for_each(|event| async move {

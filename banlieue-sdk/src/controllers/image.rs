@@ -32,7 +32,8 @@ pub(crate) async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let controller = Controller::new(Api::<VMImage>::all(ctx.client.clone()), watch::unfiltered())
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.image));
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.image))
+        .trigger_backoff(watch::backoff());
     let images = controller.store();
     controller
         .watches(

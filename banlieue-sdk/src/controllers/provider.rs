@@ -37,7 +37,8 @@ pub(crate) async fn run(
 ) {
     let api = watch::namespaced::<Provider>(&ctx.client, &ctx.settings);
     let controller = Controller::new(api, watch::unfiltered())
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.provider));
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.provider))
+        .trigger_backoff(watch::backoff());
     let providers = controller.store();
     let by_secret = providers.clone();
     let by_config_map = providers.clone();

@@ -28,6 +28,7 @@ pub(crate) async fn run<K>(
     let api = watch::namespaced::<K>(&ctx.client, &ctx.settings);
     Controller::new(api, watch::filtered(&ctx.settings))
         .with_config(ControllerConfig::default().concurrency(2))
+        .trigger_backoff(watch::backoff())
         .graceful_shutdown_on(shutdown)
         .run(
             |template: Arc<K>, ctx: Arc<Context>| async move {

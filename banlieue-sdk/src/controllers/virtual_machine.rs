@@ -48,7 +48,8 @@ pub(crate) async fn run(
         watch::namespaced::<VirtualMachine>(client, settings),
         watch::filtered(settings),
     )
-    .with_config(ControllerConfig::default().concurrency(settings.concurrency.virtual_machine));
+    .with_config(ControllerConfig::default().concurrency(settings.concurrency.virtual_machine))
+    .trigger_backoff(watch::backoff());
     let _ = ctx.vms.set(controller.store());
     let (by_class, by_image, by_provider) =
         (controller.store(), controller.store(), controller.store());

@@ -1,7 +1,10 @@
 //! Scoping helpers: which namespace and labels the controllers watch.
 
 use kube::api::Api;
-use kube::runtime::watcher;
+use std::time::Duration;
+
+use kube::runtime::utils::{Backoff, ResetTimerBackoff};
+use kube::runtime::watcher::{self, ExponentialBackoff};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
@@ -36,4 +39,24 @@ pub(crate) fn filtered(settings: &Settings) -> watcher::Config {
 /// Watcher config for supporting objects (Providers, classes, images, Secrets).
 pub(crate) fn unfiltered() -> watcher::Config {
     watcher::Config::default().any_semantic()
+}
+
+/// Backoff after a watch error, for every controller's trigger stream and every shared
+/// reflector.
+///
+/// kube-runtime pauses *all* of a controller's watches while it backs off one error,
+/// and its default (0.8 s doubling to 30 s, plus up to 100 % jitter, reset only after
+/// 120 s without errors) adds up over the errors one apiserver restart produces
+/// (refused connections, then `410 Gone` on every watch): in the restart test the
+/// operator stayed blind for minutes. This policy never retries sooner than 200 ms
+/// (no hot loop against a struggling apiserver), caps one wait at 3 s (6 s with
+/// jitter), and forgets after 15 s of health.
+pub(crate) fn backoff() -> impl Backoff + 'static {
+    let builder = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(3))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times();
+    ResetTimerBackoff::new(ExponentialBackoff::from(builder), Duration::from_secs(15))
 }

@@ -20,6 +20,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::binaries::Binaries;
+use crate::crash::{self, Component};
 use crate::namespace::{TestNamespace, unique_name};
 use crate::process::ManagedProcess;
 use crate::teardown::{self, Running, Slot};
@@ -28,8 +29,8 @@ use crate::{Error, certs};
 /// Field manager for the server-side apply of CRDs.
 pub const FIELD_MANAGER: &str = "banlieue-testenv";
 
-const ETCD: &str = "etcd";
-const KUBE_APISERVER: &str = "kube-apiserver";
+pub(crate) const ETCD: &str = "etcd";
+pub(crate) const KUBE_APISERVER: &str = "kube-apiserver";
 const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -139,6 +140,7 @@ pub struct ControlPlane {
     kubeconfig_path: PathBuf,
     config: Config,
     janitor: mpsc::UnboundedSender<String>,
+    crashes: mpsc::UnboundedSender<crash::Request>,
     running: Slot,
 }
 
@@ -228,6 +230,30 @@ impl ControlPlane {
     }
 }
 
+impl ControlPlane {
+    /// Simulates a crash of one control-plane process: SIGKILLs it, leaves it down for
+    /// `down_for`, starts it again with the same flags and data, and returns once it is
+    /// ready (or its start timeout passed). Clients see the outage as a real one:
+    /// refused connections, then broken watches.
+    ///
+    /// # Errors
+    /// If the process cannot be started again or does not get ready.
+    pub async fn crash(&self, component: Component, down_for: Duration) -> Result<(), Error> {
+        let (reply, replied) = tokio::sync::oneshot::channel();
+        let request = crash::Request {
+            component,
+            down_for,
+            reply,
+        };
+        let gone = || Error::Io {
+            context: "crashing a control-plane process".to_owned(),
+            source: std::io::Error::other("the control-plane thread has ended"),
+        };
+        self.crashes.send(request).map_err(|_| gone())?;
+        replied.await.map_err(|_| gone())?
+    }
+}
+
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         teardown::shutdown(&self.running);
@@ -269,10 +295,18 @@ fn control_plane_thread(
         }
     };
     let (janitor_tx, janitor_rx) = mpsc::unbounded_channel();
-    match runtime.block_on(boot(config, janitor_tx)) {
-        Ok((control_plane, client)) => {
+    let (crash_tx, crash_rx) = mpsc::unbounded_channel();
+    let start_timeout = config.start_timeout;
+    match runtime.block_on(boot(config, janitor_tx, crash_tx)) {
+        Ok((control_plane, client, etcd_port)) => {
+            let crashes = crash::Crasher {
+                running: control_plane.running.clone(),
+                client: client.clone(),
+                etcd_port,
+                start_timeout,
+            };
             if tx.send(Ok(control_plane)).is_ok() {
-                runtime.block_on(delete_namespaces(client, janitor_rx));
+                runtime.block_on(serve(client, janitor_rx, crashes, crash_rx));
             }
         }
         Err(e) => {
@@ -281,21 +315,37 @@ fn control_plane_thread(
     }
 }
 
-/// Deletes namespaces whose [`TestNamespace`] was dropped. Namespaces never finish
-/// terminating without kube-controller-manager; deleting them only marks them.
-async fn delete_namespaces(client: Client, mut names: mpsc::UnboundedReceiver<String>) {
+/// Deletes namespaces whose [`TestNamespace`] was dropped (namespaces never finish
+/// terminating without kube-controller-manager; deleting them only marks them), and
+/// carries out [`ControlPlane::crash`] requests, until the handle and every namespace
+/// are gone.
+async fn serve(
+    client: Client,
+    mut names: mpsc::UnboundedReceiver<String>,
+    crasher: crash::Crasher,
+    mut crashes: mpsc::UnboundedReceiver<crash::Request>,
+) {
     let api = Api::<Namespace>::all(client);
-    while let Some(name) = names.recv().await {
-        let _ = api
-            .delete(&name, &kube::api::DeleteParams::background())
-            .await;
+    loop {
+        tokio::select! {
+            name = names.recv() => match name {
+                Some(name) => {
+                    let _ = api
+                        .delete(&name, &kube::api::DeleteParams::background())
+                        .await;
+                }
+                None => return,
+            },
+            Some(request) = crashes.recv() => crasher.handle(request).await,
+        }
     }
 }
 
 async fn boot(
     config: ControlPlaneConfig,
     janitor: mpsc::UnboundedSender<String>,
-) -> Result<(ControlPlane, Client), Error> {
+    crashes: mpsc::UnboundedSender<crash::Request>,
+) -> Result<(ControlPlane, Client, u16), Error> {
     teardown::remove_stale_dirs();
     let binaries = match config.binaries.clone() {
         Some(binaries) => binaries,
@@ -310,16 +360,18 @@ async fn boot(
     let dir_path = dir.path().to_owned();
     let running = teardown::register(Running::new(dir, config.keep_dir, config.stop_timeout));
     match start_processes(&config, &binaries, &dir_path, &running).await {
-        Ok((server_url, kubeconfig_path, kube_config, client)) => Ok((
+        Ok((server_url, kubeconfig_path, kube_config, client, etcd_port)) => Ok((
             ControlPlane {
                 dir: dir_path,
                 server_url,
                 kubeconfig_path,
                 config: kube_config,
                 janitor,
+                crashes,
                 running,
             },
             client,
+            etcd_port,
         )),
         Err(e) => {
             teardown::shutdown(&running);
@@ -333,7 +385,7 @@ async fn start_processes(
     binaries: &Binaries,
     dir: &Path,
     running: &Slot,
-) -> Result<(String, PathBuf, Config, Client), Error> {
+) -> Result<(String, PathBuf, Config, Client, u16), Error> {
     let started = Instant::now();
     let pki = certs::generate(&dir.join("pki"))?;
     let [etcd_port, etcd_peer_port, apiserver_port] = free_ports()?;
@@ -425,7 +477,7 @@ async fn start_processes(
             dir.display()
         ));
     }
-    Ok((server_url, kubeconfig_path, kube_config, client))
+    Ok((server_url, kubeconfig_path, kube_config, client, etcd_port))
 }
 
 /// Hands `process` to the teardown state (stopping it if that was already torn down).
@@ -463,7 +515,7 @@ fn supports_flag(binary: &Path, flag: &str) -> bool {
 }
 
 /// Polls `probe` until it succeeds, the process exits, or `timeout` passes.
-async fn wait_ready<F, Fut>(
+pub(crate) async fn wait_ready<F, Fut>(
     running: &Slot,
     name: &str,
     timeout: Duration,
@@ -508,7 +560,7 @@ where
 }
 
 /// `GET /health` on etcd's client URL reports `"health":"true"`.
-async fn etcd_healthy(port: u16) -> Result<(), String> {
+pub(crate) async fn etcd_healthy(port: u16) -> Result<(), String> {
     let probe = async {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
         let request =
@@ -528,7 +580,7 @@ async fn etcd_healthy(port: u16) -> Result<(), String> {
 }
 
 /// `GET /readyz` over TLS (trusting the harness CA) returns `ok`.
-async fn apiserver_ready(client: &Client) -> Result<(), String> {
+pub(crate) async fn apiserver_ready(client: &Client) -> Result<(), String> {
     let request = http::Request::get("/readyz")
         .body(Vec::new())
         .map_err(|e| e.to_string())?;

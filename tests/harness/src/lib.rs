@@ -49,6 +49,7 @@
 mod binaries;
 mod certs;
 mod control_plane;
+mod crash;
 mod error;
 mod namespace;
 mod process;
@@ -60,6 +61,7 @@ use std::sync::OnceLock;
 
 pub use binaries::Binaries;
 pub use control_plane::{ControlPlane, ControlPlaneConfig, FIELD_MANAGER};
+pub use crash::Component;
 pub use error::Error;
 pub use namespace::TestNamespace;
 pub use process::tail as log_tail;

@@ -5,8 +5,8 @@
 //! SIGKILL it when the thread that spawned it dies (`PR_SET_PDEATHSIG`), a backstop for a
 //! test binary that is killed before its `atexit` teardown can run.
 
-use std::ffi::OsStr;
-use std::fs::File;
+use std::ffi::{OsStr, OsString};
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -25,6 +25,9 @@ pub(crate) struct ManagedProcess {
     child: Child,
     /// `None` when output is attached to the test's stdout/stderr.
     log: Option<PathBuf>,
+    /// What started it, to start it again after a simulated crash.
+    binary: PathBuf,
+    args: Vec<OsString>,
 }
 
 impl ManagedProcess {
@@ -41,43 +44,33 @@ impl ManagedProcess {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut command = Command::new(binary);
-        command.args(args).stdin(Stdio::null()).process_group(0);
+        let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
         let log = if attach_output {
             None
         } else {
-            let path = log_dir.join(format!("{name}.log"));
-            let file =
-                File::create(&path).map_err(Error::io(format!("creating {}", path.display())))?;
-            let stderr = file
-                .try_clone()
-                .map_err(Error::io("duplicating a log file handle"))?;
-            command.stdout(file).stderr(stderr);
-            Some(path)
+            Some(log_dir.join(format!("{name}.log")))
         };
-        let parent = std::process::id();
-        // SAFETY: the closure runs in the forked child before exec and only makes
-        // async-signal-safe system calls (prctl, getppid, kill).
-        unsafe {
-            command.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // The parent may have died between fork and prctl.
-                if libc::getppid() != parent as libc::pid_t {
-                    libc::kill(libc::getpid(), libc::SIGKILL);
-                }
-                Ok(())
-            });
-        }
-        let child = command
-            .spawn()
-            .map_err(Error::io(format!("starting {}", binary.display())))?;
+        let child = launch(binary, &args, log.as_deref(), false)?;
         Ok(Self {
             name: name.to_owned(),
             child,
             log,
+            binary: binary.to_owned(),
+            args,
         })
+    }
+
+    /// Simulates a crash: SIGKILLs the process group (no chance to clean up), waits
+    /// `down_for`, and starts the process again with the same arguments, appending to
+    /// its log. Must run on the thread that started it (see the module doc).
+    pub(crate) fn crash_and_restart(&mut self, down_for: Duration) -> Result<(), Error> {
+        if self.exited().is_none() {
+            self.signal_group(libc::SIGKILL);
+            let _ = self.child.wait();
+        }
+        std::thread::sleep(down_for);
+        self.child = launch(&self.binary, &self.args, self.log.as_deref(), true)?;
+        Ok(())
     }
 
     /// The process's name (its log file's stem).
@@ -141,6 +134,49 @@ impl Drop for ManagedProcess {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(10));
     }
+}
+
+/// Spawns `binary` in its own process group with `PR_SET_PDEATHSIG`, its output going to
+/// `log` (truncated, or appended to when `append`) or inherited when `None`.
+fn launch(
+    binary: &Path,
+    args: &[OsString],
+    log: Option<&Path>,
+    append: bool,
+) -> Result<Child, Error> {
+    let mut command = Command::new(binary);
+    command.args(args).stdin(Stdio::null()).process_group(0);
+    if let Some(path) = log {
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(path)
+            .map_err(Error::io(format!("creating {}", path.display())))?;
+        let stderr = file
+            .try_clone()
+            .map_err(Error::io("duplicating a log file handle"))?;
+        command.stdout(file).stderr(stderr);
+    }
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (prctl, getppid, kill).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl.
+            if libc::getppid() != parent as libc::pid_t {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+    command
+        .spawn()
+        .map_err(Error::io(format!("starting {}", binary.display())))
 }
 
 /// The last `lines` lines of the file at `path` (reading at most its last 64 KiB).

@@ -32,6 +32,7 @@ impl CrashableOperator {
         registry: BackendRegistry,
         sync_period: Duration,
     ) -> Self {
+        init_logging();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("crashable-operator")
@@ -84,5 +85,15 @@ impl Drop for CrashableOperator {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
+    }
+}
+
+/// `BANLIEUE_TEST_LOG=<filter>` (e.g. `info,kube=debug`) prints the operator's logs.
+fn init_logging() {
+    if let Ok(filter) = std::env::var("BANLIEUE_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
     }
 }

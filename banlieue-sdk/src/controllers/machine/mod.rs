@@ -76,7 +76,8 @@ pub(crate) async fn run<K: Machine>(
 ) {
     let api = watch::namespaced::<K>(&ctx.client, &ctx.settings);
     let controller = Controller::new(api, watch::filtered(&ctx.settings))
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.machine));
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.machine))
+        .trigger_backoff(watch::backoff());
     let machines = controller.store();
     let controller = if ctx.capi_installed {
         let by_cluster = machines.clone();
