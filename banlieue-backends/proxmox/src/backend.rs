@@ -17,11 +17,22 @@ use tracing::{debug, info};
 
 use crate::client::{Form, PveClient, PveError, encode, is_lock_message};
 use crate::config;
+use crate::drift;
 use crate::inventory;
 use crate::seed;
 use crate::settings::ProxmoxSettings;
 use crate::tasks::{TaskState, Upid, task_state, upid_of};
 use crate::vmid::{MAX_ATTEMPTS, VmidPicker};
+
+/// The pending operation reported while config changes wait for a restart of a
+/// running VM (PVE's pending config).
+pub const RESTART_PENDING: &str = "RestartPending";
+
+/// The reason of an image that names only `sources.proxmox.volume`.
+pub const IMAGE_SOURCE_UNSUPPORTED: &str = "ImageSourceUnsupported";
+
+/// How soon a VM waiting for a restart is looked at again.
+const RESTART_PENDING_RECHECK: Duration = Duration::from_secs(30);
 
 /// The [`BackendFactory`] of the `proxmox` Provider class: one [`ProxmoxBackend`]
 /// (one API client, one ticket session) per connection.
@@ -661,10 +672,12 @@ impl Backend for ProxmoxBackend {
             });
         };
         let Some(id) = source.template_id else {
-            return Ok(ImageLookup::Missing {
-                message: "sources.proxmox.volume imports are not supported yet; use templateID"
-                    .into(),
-            });
+            // Terminal: no retry makes a volume clonable.
+            return Err(BackendError::terminal(
+                IMAGE_SOURCE_UNSUPPORTED,
+                "sources.proxmox.volume is not supported: the proxmox backend clones templates \
+                 (sources.proxmox.templateID) and does not import disk volumes",
+            ));
         };
         let resources = self.resources().await?;
         Ok(
@@ -784,7 +797,7 @@ impl Backend for ProxmoxBackend {
                 .await
                 .map_err(pve)?;
             info!(uid = %identity.uid, vmid = found.vmid, node = %found.node, "proxmox: configured");
-            if let Some(resize) = config::boot_disk_resize(spec, &current) {
+            if let Some(resize) = config::disk_resize(spec, &current) {
                 let data = self
                     .client
                     .put(&format!("{path}/resize"), &resize)
@@ -808,6 +821,55 @@ impl Backend for ProxmoxBackend {
             .await
             .map_err(pve)?;
         let power = power_of(&status);
+        // Spec changes after the first configuration (see `drift`).
+        let pending_config = drift::read_pending(
+            &self
+                .client
+                .get(&format!("{path}/pending"), &Form::new())
+                .await
+                .map_err(pve)?,
+        );
+        let changes = drift::spec_changes(spec, &pending_config.effective);
+        let resize = config::disk_resize(spec, &pending_config.effective);
+        if !changes.is_empty() || resize.is_some() {
+            if let Some(lock) = &found.lock {
+                return Err(BackendError::transient(
+                    "VMLocked",
+                    format!("VM {} is locked ({lock})", found.vmid),
+                ));
+            }
+            let (kind, data) = if changes.is_empty() {
+                let resize = resize.unwrap_or_default();
+                let data = self
+                    .client
+                    .put(&format!("{path}/resize"), &resize)
+                    .await
+                    .map_err(pve)?;
+                (OpKind::Resize, data)
+            } else {
+                self.client
+                    .put(&format!("{path}/config"), &changes)
+                    .await
+                    .map_err(pve)?;
+                (OpKind::Resize, Value::Null)
+            };
+            info!(uid = %identity.uid, vmid = found.vmid, config = ?changes, "proxmox: applying spec changes");
+            let pending = if data.is_string() {
+                let upid = self.remember(&identity.uid, kind, &data)?;
+                self.pending(kind, Some(&upid))
+            } else {
+                Pending {
+                    operation: "Reconfiguring".into(),
+                    task: None,
+                    retry_after: Duration::from_millis(100),
+                }
+            };
+            return Ok(MachineObservation {
+                provider_id,
+                power_state: Some(power),
+                ..observation(Some(pending))
+            });
+        }
         let want = spec.power_state;
         let action = match (want, power) {
             (PowerState::PoweredOn, PowerState::PoweredOff) => {
@@ -855,11 +917,21 @@ impl Backend for ProxmoxBackend {
         } else {
             Vec::new()
         };
+        // Running on the old config: say so until someone restarts it.
+        let restart = (power != PowerState::PoweredOff && !pending_config.waiting.is_empty())
+            .then(|| {
+                debug!(uid = %identity.uid, keys = ?pending_config.waiting, "proxmox: changes wait for a restart");
+                Pending {
+                    operation: RESTART_PENDING.into(),
+                    task: None,
+                    retry_after: RESTART_PENDING_RECHECK,
+                }
+            });
         Ok(MachineObservation {
             provider_id,
             power_state: Some(power),
             addresses,
-            ..observation(None)
+            ..observation(restart)
         })
     }
 

@@ -260,8 +260,17 @@ pub fn machine_config(
             form.push("sshkeys", sshkeys_value(&keys));
         }
     }
+    push_new_disks(spec, current, &mut form);
+    form
+}
+
+/// Adds `scsi<i+1>: <storage>:<GiB>` for each additional disk the VM lacks (PVE
+/// allocates it), on the disk's storage, else the spec's, else the boot disk's.
+pub fn push_new_disks(spec: &ProxmoxMachineSpec, current: &Value, form: &mut Form) {
     let boot_storage = spec.storage.clone().or_else(|| {
-        text("scsi0")
+        current
+            .get("scsi0")
+            .and_then(Value::as_str)
             .and_then(|d| d.split(':').next())
             .map(str::to_string)
     });
@@ -274,7 +283,6 @@ pub fn machine_config(
             form.push(key, format!("{storage}:{}", disk.size_gib));
         }
     }
-    form
 }
 
 /// A size in PVE's notation (`4G`, `512M`, `1T`, `10737418240`) in bytes.
@@ -296,16 +304,29 @@ pub fn parse_size(text: &str) -> Option<u64> {
     Some((value * factor as f64) as u64)
 }
 
-/// `PUT …/resize` for the boot disk (`scsi0`) when the spec wants it larger than it is.
-pub fn boot_disk_resize(spec: &ProxmoxMachineSpec, current: &Value) -> Option<Form> {
-    let want = u64::from(spec.disk_gib?) << 30;
-    let disk = current.get("scsi0").and_then(Value::as_str)?;
-    let have = property(disk, "size").and_then(parse_size).unwrap_or(0);
-    (want > have).then(|| {
-        Form::new()
-            .set("disk", "scsi0")
-            .set("size", format!("{}G", spec.disk_gib.unwrap_or_default()))
-    })
+/// `PUT …/resize` for the first disk the spec wants larger than it is: the boot
+/// disk (`scsi0`, `diskGiB`), then the additional disks (`scsi1`, ...). Disks never
+/// shrink; a disk PVE has not allocated yet (no `size=`) is left alone.
+pub fn disk_resize(spec: &ProxmoxMachineSpec, current: &Value) -> Option<Form> {
+    let wants = std::iter::once(("scsi0".to_string(), spec.disk_gib)).chain(
+        spec.additional_disks
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (format!("scsi{}", i + 1), Some(d.size_gib))),
+    );
+    for (key, gib) in wants {
+        let Some(gib) = gib else { continue };
+        let Some(disk) = current.get(&key).and_then(Value::as_str) else {
+            continue;
+        };
+        let Some(have) = property(disk, "size").and_then(parse_size) else {
+            continue;
+        };
+        if u64::from(gib) << 30 > have {
+            return Some(Form::new().set("disk", key).set("size", format!("{gib}G")));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -446,10 +467,23 @@ mod tests {
         let form = machine_config(&spec, &identity(), None, None, &golden_config());
         assert_eq!(form.get("scsi1"), Some("fast:50"));
         assert_eq!(form.get("scsi2"), Some("slow:5"));
-        let resize = boot_disk_resize(&spec, &golden_config()).unwrap();
+        let resize = disk_resize(&spec, &golden_config()).unwrap();
         assert_eq!(resize.encode(), "disk=scsi0&size=20G");
         let small = super::tests::spec(json!({"diskGiB": 4}));
-        assert!(boot_disk_resize(&small, &golden_config()).is_none());
+        assert!(disk_resize(&small, &golden_config()).is_none());
+        // Then the additional disks, once allocated.
+        let grown = super::tests::spec(json!({"diskGiB": 4,
+            "additionalDisks": [{"name": "data", "sizeGiB": 8}]}));
+        let mut config = golden_config();
+        assert!(
+            disk_resize(&grown, &config).is_none(),
+            "scsi1 not allocated yet"
+        );
+        config["scsi1"] = json!("fast:vm-100-disk-1,size=5G");
+        assert_eq!(
+            disk_resize(&grown, &config).unwrap().encode(),
+            "disk=scsi1&size=8G"
+        );
         assert_eq!(parse_size("512M"), Some(512 << 20));
         assert_eq!(parse_size("1.5G"), Some(3 << 29));
         assert_eq!(parse_size("1024"), Some(1024));

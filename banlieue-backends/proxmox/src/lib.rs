@@ -85,6 +85,7 @@
 mod backend;
 pub mod client;
 pub mod config;
+pub mod drift;
 pub mod inventory;
 pub mod seed;
 pub mod settings;
@@ -93,7 +94,7 @@ pub mod vmid;
 
 use banlieue_sdk::api::common::ProviderClass;
 
-pub use backend::{ProxmoxBackend, ProxmoxFactory};
+pub use backend::{IMAGE_SOURCE_UNSUPPORTED, ProxmoxBackend, ProxmoxFactory, RESTART_PENDING};
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::Proxmox;

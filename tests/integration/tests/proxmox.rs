@@ -529,3 +529,199 @@ async fn bootstrap_data_travels_on_a_nocloud_iso_deleted_with_the_vm() {
     assert!(machine_of(&pve, "seeded-1").is_none());
     assert!(!pve.isos()["local"].contains(&name), "{:?}", pve.isos());
 }
+
+async fn settle(
+    backend: &dyn banlieue_sdk::backend::Backend,
+    req: &MachineRequest,
+    done: impl Fn(&banlieue_sdk::backend::MachineObservation) -> bool,
+) -> banlieue_sdk::backend::MachineObservation {
+    for _ in 0..300 {
+        match backend.ensure(req).await {
+            Ok(o) if done(&o) => return o,
+            Ok(_) => {}
+            Err(e) if e.is_transient() => {}
+            Err(e) => panic!("{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the machine did not get there")
+}
+
+fn with_spec(mut req: MachineRequest, patch: Value) -> MachineRequest {
+    let MachineSpec::Proxmox(spec) = &req.spec else {
+        unreachable!()
+    };
+    let mut value = serde_json::to_value(spec).unwrap();
+    for (k, v) in patch.as_object().unwrap() {
+        value[k] = v.clone();
+    }
+    req.spec = MachineSpec::Proxmox(serde_json::from_value(value).unwrap());
+    req
+}
+
+/// CPUs, memory, an added disk and a grown disk of a configured, running VM are
+/// written to PVE; what PVE keeps pending until a restart is reported as
+/// `RestartPending` (not Ready), and a power cycle applies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spec_changes_after_configure_are_applied_and_a_pending_restart_is_reported() {
+    let Some(pve) = FakePve::start() else { return };
+    let backend = ProxmoxFactory::new().connect(&connection(&pve)).unwrap();
+    let uid = "0d9a5c3e-1111-4000-8000-000000000001";
+    let first = request(uid, pve.ready.template_id);
+    settle(&*backend, &first, |o| o.settled_at(PowerState::PoweredOn)).await;
+    let vm = || machine_of(&pve, "m-0d9a5c3e").expect("the VM");
+    assert_eq!(vm()["config"]["cores"], "1");
+
+    let changed = with_spec(
+        first.clone(),
+        json!({"cores": 2, "memoryMiB": 1024, "diskGiB": 10,
+               "additionalDisks": [{"name": "data", "sizeGiB": 5, "storage": "local-lvm"}]}),
+    );
+    let observed = settle(&*backend, &changed, |o| {
+        o.pending.is_some()
+            && o.provider_id.is_some()
+            && o.pending.as_ref().unwrap().operation == banlieue_backend_proxmox::RESTART_PENDING
+    })
+    .await;
+    assert_eq!(observed.power_state, Some(PowerState::PoweredOn));
+    let running = vm();
+    // The boot disk grew at once; CPUs, memory and the new disk wait for a restart.
+    assert!(
+        running["config"]["scsi0"]
+            .as_str()
+            .unwrap()
+            .contains("size=10G"),
+        "{running}"
+    );
+    assert_eq!(running["pending"]["cores"], "2", "{running}");
+    assert_eq!(running["pending"]["memory"], "1024", "{running}");
+    assert_eq!(running["pending"]["scsi1"], "local-lvm:5", "{running}");
+    assert_eq!(running["config"]["cores"], "1");
+    // Asking again changes nothing more: the pending values count as written.
+    let (_, mark) = pve.requests(0);
+    let again = backend.ensure(&changed).await.unwrap();
+    assert_eq!(
+        again.pending.map(|p| p.operation).as_deref(),
+        Some(banlieue_backend_proxmox::RESTART_PENDING)
+    );
+    let (since, _) = pve.requests(mark);
+    assert!(
+        since.iter().all(|(m, _)| m == "GET"),
+        "no writes while only a restart is missing: {since:?}"
+    );
+
+    // A power cycle applies the pending config; then the machine is settled.
+    let off = with_spec(changed.clone(), json!({"powerState": "PoweredOff"}));
+    settle(&*backend, &off, |o| o.settled_at(PowerState::PoweredOff)).await;
+    let on = settle(&*backend, &changed, |o| o.settled_at(PowerState::PoweredOn)).await;
+    assert!(on.pending.is_none());
+    let applied = vm();
+    assert_eq!(applied["config"]["cores"], "2", "{applied}");
+    assert_eq!(applied["config"]["memory"], "1024");
+    assert_eq!(applied["config"]["scsi1"], "local-lvm:5");
+    assert!(
+        applied["pending"].as_object().unwrap().is_empty(),
+        "{applied}"
+    );
+}
+
+/// Lost quorum: PVE refuses writes; the machine says `NoQuorum` (transient), the
+/// operator retries with a growing backoff, and the machine converges once the
+/// cluster is quorate again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_quorum_is_a_transient_condition_retried_with_backoff_until_healed() {
+    let Some((ns, _operator, pve)) = world("pve-quorum", Auth::Token).await else {
+        return;
+    };
+    let providers: Api<Provider> = ns.api();
+    wait_for(&providers, "pve", WAIT, |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+    })
+    .await;
+    pve.quorum(false);
+    let (_, mark) = pve.requests(0);
+    apply(&ns.client, &ns.name, &vm(&ns, "q-1")).await.unwrap();
+    let machines: Api<ProxmoxMachine> = ns.api();
+    wait_for(&machines, "q-1", WAIT, |m| {
+        has_condition(m, "NoQuorum", "no quorum")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let clones = |from: usize| {
+        pve.requests(from)
+            .0
+            .iter()
+            .filter(|(m, p)| m == "POST" && p.ends_with("/clone"))
+            .count()
+    };
+    let attempts = clones(mark);
+    // Backoff 1 s, 2 s, 4 s, ... (+ jitter): a handful in ~7 s, not a tight loop.
+    assert!(
+        (2..=8).contains(&attempts),
+        "{attempts} clone attempts while without quorum"
+    );
+    assert!(pve.machines().is_empty());
+    let machine = machines.get("q-1").await.unwrap();
+    let ready = condition(&machine.status.as_ref().unwrap().conditions, "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "NoQuorum")
+    );
+
+    pve.quorum(true);
+    let vms: Api<VirtualMachine> = ns.api();
+    wait_for(&vms, "q-1", WAIT, is_ready).await;
+    assert_eq!(pve.machines().len(), 1, "one clone once healed");
+}
+
+/// An image with only `sources.proxmox.volume` is refused with a clear message: the
+/// backend clones templates only (fakepve has no `import-from` to test an import).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_image_is_refused_clearly() {
+    let Some((ns, _operator, pve)) = world("pve-volume", Auth::Token).await else {
+        return;
+    };
+    apply(
+        &ns.client,
+        &ns.name,
+        &json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage",
+                "metadata": {"name": format!("{}-volume", ns.name)},
+                "spec": {"os": {"family": "linux", "distribution": "ubuntu", "version": "24.04"},
+                         "sources": {"proxmox": {"volume": "local:import/noble.qcow2"}}}}),
+    )
+    .await
+    .unwrap();
+    let mut object = vm(&ns, "vol-1");
+    object["spec"]["imageRef"]["name"] = json!(format!("{}-volume", ns.name));
+    apply(&ns.client, &ns.name, &object).await.unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    wait_for(&vms, "vol-1", WAIT, |v| {
+        condition(vm_conditions(v), "Scheduled")
+            .is_some_and(|c| c.status == "False" && c.message.contains("image not available"))
+    })
+    .await;
+    let images: Api<banlieue_sdk::api::VMImage> = Api::all(ns.client.clone());
+    let image = wait_for(&images, &format!("{}-volume", ns.name), WAIT, |i| {
+        i.status
+            .as_ref()
+            .is_some_and(|s| s.providers.iter().any(|r| r.name == "pve"))
+    })
+    .await;
+    let status = image.status.unwrap();
+    let row = status.providers.iter().find(|r| r.name == "pve").unwrap();
+    assert!(!row.available);
+    assert_eq!(
+        row.reason.as_deref(),
+        Some(banlieue_backend_proxmox::IMAGE_SOURCE_UNSUPPORTED)
+    );
+    assert!(
+        row.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("templateID"),
+        "{row:?}"
+    );
+    assert!(pve.machines().is_empty());
+}

@@ -30,7 +30,8 @@ Then it reads one JSON command per line on stdin and answers one JSON line on st
     uploads                              files uploaded to storages: {name: {storage, content, data (base64)}}
     isos                                 the ISO files on each storage: {storage: [name, ...]}
 
-The guest agent answers for every non-template VM with `agent: 1` in its config, with
+PUT .../qemu/{vmid}/resize grows the drive's size= in the config, as PVE does (fakepve's
+schema-driven answer alone changes nothing). The guest agent answers for every non-template VM with `agent: 1` in its config, with
 one interface whose IPv4 address is 10.99.<vmid / 256>.<vmid % 256>. EOF on stdin
 stops the server.
 """
@@ -42,6 +43,7 @@ import json
 import os
 import secrets
 import sys
+import urllib.parse
 
 from fakepve import FakePve, TaskError
 from fakepve.certs import make_cert
@@ -72,6 +74,25 @@ def seed(pve):
         'ide2': 'local-lvm:vm-9000-cloudinit,media=cdrom', 'net0': 'virtio=BC:24:11:00:90:00,bridge=vmbr0',
         'agent': '1', 'ostype': 'l26', 'cores': 1, 'memory': '512', 'boot': 'order=scsi0',
         'smbios1': 'uuid=00000000-0000-4000-8000-000000009000', 'template': 1})
+
+
+UNITS = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30, 'T': 1 << 40}
+
+
+def size_bytes(text):
+    text = str(text).strip()
+    if text and text[-1].upper() in UNITS:
+        return int(float(text[:-1]) * UNITS[text[-1].upper()])
+    return int(float(text or 0))
+
+
+def grow_drive(vm, key, size):
+    """Sets the drive's size= to `size` (`20G`) or grows it by it (`+2G`)."""
+    parts = str(vm.config[key]).split(',')
+    props = [p for p in parts[1:] if not p.startswith('size=')]
+    old = next((p[5:] for p in parts[1:] if p.startswith('size=')), '0')
+    new = size_bytes(old) + size_bytes(size[1:]) if size.startswith('+') else size_bytes(size)
+    vm.config[key] = ','.join([parts[0]] + sorted(props + ['size={0}G'.format(new >> 30)]))
 
 
 def view(vm):
@@ -107,6 +128,22 @@ class Harness(object):
                     'data': base64.b64encode(fields.get('data', b'')).decode()}
             return answer
         pve._upload = recording_upload
+
+        # fakepve answers PUT .../resize from its schema and changes nothing; grow the
+        # drive's size= as PVE does, so a resized disk reads back resized.
+        generic = pve._generic
+
+        async def resizing_generic(request):
+            answer = await generic(request)
+            parts = request.path.rstrip('/').split('/')
+            if request.method == 'PUT' and parts[-1] == 'resize' and parts[-3] == 'qemu' and answer.status < 300:
+                form = dict(urllib.parse.parse_qsl((await request.read()).decode()))
+                vm = pve.vm(int(parts[-2]))
+                drive = vm.config.get(form.get('disk', '')) if vm else None
+                if drive:
+                    grow_drive(vm, form['disk'], form.get('size', ''))
+            return answer
+        pve._generic = resizing_generic
 
     async def agents(self):
         while True:
