@@ -26,12 +26,7 @@ if [[ "$(printf '%s\n' 1.90.0 "${version%%-*}" | sort -V | head -1)" != 1.90.0 ]
   exit 1
 fi
 
-mapfile -t crates < <("$CARGO" metadata --no-deps --format-version 1 --locked | python3 -c '
-import json, sys
-for p in json.load(sys.stdin)["packages"]:
-    if p.get("publish") != []:
-        print(p["name"])
-' | sort)
+mapfile -t crates < <(hack/published-crates.sh)
 if [[ ${#crates[@]} -eq 0 ]]; then
   echo "publish-check: no publishable crate found" >&2
   exit 1

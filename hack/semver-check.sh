@@ -33,12 +33,11 @@ if [[ ! -x "$cache/bin/cargo-semver-checks" ]]; then
 fi
 hack/build-deps.sh
 
-mapfile -t crates < <("$CARGO" metadata --no-deps --format-version 1 --locked | python3 -c '
-import json, sys
-for p in json.load(sys.stdin)["packages"]:
-    if p.get("publish") != []:
-        print(p["name"])
-' | sort)
+mapfile -t crates < <(hack/published-crates.sh)
+if [[ ${#crates[@]} -eq 0 ]]; then
+  echo "semver-check: no publishable crate found" >&2
+  exit 1
+fi
 args=()
 for crate in "${crates[@]}"; do args+=(--package "$crate"); done
 echo "semver-check: ${crates[*]} against $baseline"
