@@ -1,0 +1,151 @@
+//! The example runs: its binary, against a real API server (the test suite's local
+//! control plane with banlieue's CRDs), serves a `libvirt`-class Provider with its own
+//! lab backend and brings a VirtualMachine to Ready, and its own controller reports it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use banlieue_sdk::api::{Provider, VirtualMachine};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// The example's process, killed when the test ends however it ends.
+struct Example(Child);
+
+impl Drop for Example {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ready(conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_embedding_example_brings_a_virtual_machine_to_ready() {
+    let ns = banlieue_testenv::namespace("embedding").await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_banlieue-example-embedding"))
+        .env("KUBECONFIG", banlieue_testenv::kubeconfig_path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the example");
+    let stdout = child.stdout.take().expect("stdout");
+    let _example = Example(child);
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            seen.lock().expect("lines").push(line);
+        }
+    });
+
+    let params = PatchParams::apply("embedding-smoke").force();
+    let objects = [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass",
+               "metadata": {"name": "embedding-small"},
+               "spec": {"cpus": 1, "memoryMiB": 512, "disk": {"sizeGiB": 10}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage",
+               "metadata": {"name": "embedding-image"},
+               "spec": {"os": {"family": "linux", "distribution": "debian", "version": "13"},
+                        "sources": {"libvirt": {"volume": {"pool": "images", "name": "lab.qcow2"}}}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+               "metadata": {"name": "lab", "namespace": ns.name},
+               "spec": {"class": "libvirt", "connection": {"endpoint": "qemu:///lab"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+               "metadata": {"name": "hello", "namespace": ns.name},
+               "spec": {"classRef": {"name": "embedding-small"},
+                        "imageRef": {"name": "embedding-image"},
+                        "placement": {"providerRef": {"name": "lab"}}}}),
+    ];
+    for object in &objects {
+        let name = object["metadata"]["name"].as_str().expect("name");
+        let result = match object["kind"].as_str() {
+            Some("VMClass") => Api::<banlieue_sdk::api::VMClass>::all(ns.client.clone())
+                .patch(name, &params, &Patch::Apply(object))
+                .await
+                .map(drop),
+            Some("VMImage") => Api::<banlieue_sdk::api::VMImage>::all(ns.client.clone())
+                .patch(name, &params, &Patch::Apply(object))
+                .await
+                .map(drop),
+            Some("Provider") => ns
+                .api::<Provider>()
+                .patch(name, &params, &Patch::Apply(object))
+                .await
+                .map(drop),
+            _ => ns
+                .api::<VirtualMachine>()
+                .patch(name, &params, &Patch::Apply(object))
+                .await
+                .map(drop),
+        };
+        result.unwrap_or_else(|e| panic!("apply {name}: {e}"));
+    }
+
+    let vms: Api<VirtualMachine> = ns.api();
+    let providers: Api<Provider> = ns.api();
+    let started = Instant::now();
+    let vm = loop {
+        let vm = vms.get("hello").await.expect("get the VirtualMachine");
+        let status = vm.status.clone().unwrap_or_default();
+        if ready(&status.conditions) {
+            break vm;
+        }
+        if started.elapsed() > WAIT {
+            let provider = providers.get("lab").await.ok().and_then(|p| p.status);
+            panic!(
+                "the VirtualMachine is not Ready after {WAIT:?}: {:?}\nProvider: {provider:?}\nexample's output: {:?}",
+                status.conditions,
+                lines.lock().expect("lines")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+
+    let status = vm.status.expect("status");
+    let placement = status.placement.expect("placement");
+    assert_eq!(placement.provider, "lab");
+    assert_eq!(placement.failure_domain.as_deref(), Some("lab"));
+    // The lab backend names machines after the infrastructure object's UID.
+    let machine = ns
+        .api::<banlieue_sdk::api::infra::libvirt::LibvirtMachine>()
+        .get("hello")
+        .await
+        .expect("the VirtualMachine's LibvirtMachine");
+    assert_eq!(
+        status.provider_id.as_deref(),
+        Some(
+            format!(
+                "libvirt://{}",
+                machine.metadata.uid.clone().unwrap_or_default()
+            )
+            .as_str()
+        )
+    );
+
+    // The example's own controller, next to banlieue's, saw it running.
+    let started = Instant::now();
+    while !lines
+        .lock()
+        .expect("lines")
+        .iter()
+        .any(|l| l == "hello is Some(Running)")
+    {
+        assert!(
+            started.elapsed() < WAIT,
+            "the example never printed 'hello is Some(Running)': {:?}",
+            lines.lock().expect("lines")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
