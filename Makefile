@@ -143,3 +143,7 @@ publish-check: ## cargo publish --dry-run of every published crate (SDK, nocloud
 .PHONY: semver-check
 semver-check: ## Release time: cargo-semver-checks of the published crates against the newest v* tag (passes with a note while there is none; builds the tool once, ~20 min cold).
 	hack/semver-check.sh
+
+.PHONY: chaos
+chaos: testbin ## Crash and outage tests, larger and repeated (ROUNDS=3 VMS=1000); report in docs/benchmarks/chaos-<date>.md.
+	ROUNDS=$(ROUNDS) VMS=$(VMS) hack/chaos.sh

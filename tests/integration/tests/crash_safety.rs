@@ -22,7 +22,13 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
-const VMS: usize = 200;
+/// 200 by default; `make chaos` sets `BANLIEUE_CHAOS_VMS` higher.
+fn vm_count() -> usize {
+    std::env::var("BANLIEUE_CHAOS_VMS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200)
+}
 const KILLS_WHILE_CREATING: usize = 4;
 const KILLS_WHILE_DELETING: usize = 3;
 const CONVERGE: Duration = Duration::from_secs(240);
@@ -42,7 +48,7 @@ fn fixtures(ns: &TestNamespace) -> Vec<Value> {
 }
 
 fn vm(ns: &TestNamespace, index: usize) -> Value {
-    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": format!("vm-{index:03}")},
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": format!("vm-{index:05}")},
            "spec": {"classRef": {"name": format!("{}-small", ns.name)}, "imageRef": {"name": format!("{}-debian", ns.name)},
                     "placement": {"providerRef": {"name": "sim"}}}})
 }
@@ -122,6 +128,7 @@ async fn killing_the_operator_while_creating_and_deleting_200_vms_loses_and_leak
         incarnations: 0,
     };
     let seed = rig.chaos.seed();
+    let count = vm_count();
     let vms: Api<VirtualMachine> = rig.ns.api();
     let machines: Api<LibvirtMachine> = rig.ns.api();
 
@@ -129,7 +136,7 @@ async fn killing_the_operator_while_creating_and_deleting_200_vms_loses_and_leak
     let operator = rig.start_operator();
     let client = rig.ns.client.clone();
     let namespace = rig.ns.name.clone();
-    let objects: Vec<Value> = (0..VMS).map(|i| vm(&rig.ns, i)).collect();
+    let objects: Vec<Value> = (0..count).map(|i| vm(&rig.ns, i)).collect();
     let creator = tokio::spawn(async move {
         for object in objects {
             apply(&client, &namespace, &object)
@@ -143,12 +150,12 @@ async fn killing_the_operator_while_creating_and_deleting_200_vms_loses_and_leak
     loop {
         let list = vms.list(&ListParams::default()).await.expect("list VMs");
         let ready = list.items.iter().filter(|v| is_ready(v)).count();
-        if ready == VMS {
+        if ready == count {
             break;
         }
         assert!(
             started.elapsed() < CONVERGE,
-            "seed {seed}: only {ready}/{VMS} VMs Ready {CONVERGE:?} after the last restart"
+            "seed {seed}: only {ready}/{count} VMs Ready {CONVERGE:?} after the last restart"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -157,11 +164,11 @@ async fn killing_the_operator_while_creating_and_deleting_200_vms_loses_and_leak
     // machine stands for.
     let infra = machines.list(&ListParams::default()).await.expect("list");
     let infra_uids: BTreeSet<String> = infra.items.iter().filter_map(|m| m.uid()).collect();
-    assert_eq!(infra.items.len(), VMS, "seed {seed}: infra machines");
+    assert_eq!(infra.items.len(), count, "seed {seed}: infra machines");
     let backend = rig.sim.machines(&rig.endpoint);
     assert_eq!(
         backend.len(),
-        VMS,
+        count,
         "seed {seed}: backend machines after {} incarnations",
         rig.incarnations
     );
@@ -209,7 +216,7 @@ async fn killing_the_operator_while_creating_and_deleting_200_vms_loses_and_leak
     );
     assert!(!operator.has_exited(), "seed {seed}: the operator returned");
     eprintln!(
-        "crash_safety: seed {seed}, {} incarnations, {VMS} VMs created and deleted",
+        "crash_safety: seed {seed}, {} incarnations, {count} VMs created and deleted",
         rig.incarnations
     );
     operator.kill();
