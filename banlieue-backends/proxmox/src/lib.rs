@@ -35,18 +35,41 @@
 //!    retries with the next (see [`vmid`]).
 //! 2. **Configure** once (`PUT …/config`): sockets, cores, memory, `agent: 1`,
 //!    firmware, `smbios1: uuid=<uid>` (so `providerID` = `proxmox://<uid>` is stable),
-//!    `netN` (bridge, VLAN `tag`, model, MTU, MAC), `ipconfigN` / `nameserver` from
-//!    IPAM, `sshkeys` from the bootstrap cloud-config, additional disks, and the tags
-//!    `banlieue;banlieue-<uid>`. The UID tag marks the VM configured. Then the boot
-//!    disk is grown (`PUT …/resize`) when `diskGiB` is larger.
-//! 3. **Power**: `status/start`, `status/shutdown` (with `shutdownTimeout` and
+//!    `netN` (bridge, VLAN `tag`, model, MTU, MAC: the spec's, the clone's, else one
+//!    derived from the UID in `BC:24:11`), `ipconfigN` / `nameserver` from IPAM,
+//!    additional disks, and the tags `banlieue;banlieue-<uid>`. The UID tag marks the
+//!    VM configured. Then the boot disk is grown (`PUT …/resize`) when `diskGiB` is
+//!    larger.
+//!
+//!    **Bootstrap data** travels whole as a NoCloud seed ([`seed`], built in memory
+//!    by `banlieue-nocloud`): an ISO 9660 + Joliet image labelled `cidata` with
+//!    `meta-data` (`instance-id` = the infra object's UID), the bootstrap `user-data`
+//!    verbatim and `network-config` (given, else version 2 from the NICs' IPAM,
+//!    matched by MAC). Before the config write it is uploaded (`POST
+//!    /nodes/{node}/storage/{storage}/upload`, multipart, `content=iso`) as
+//!    `banlieue-<uid>-seed.iso` to `seedStorage`, else the first active storage with
+//!    `iso` content on the VM's node, and the config attaches it as a CD-ROM
+//!    (`ide2: <storage>:iso/banlieue-<uid>-seed.iso,media=cdrom`) in the slot of the
+//!    template's cloud-init drive, which it replaces (else the first free IDE/SATA
+//!    slot). Without bootstrap data PVE's own cloud-init drive stays, with `sshkeys`
+//!    from nowhere. Ignition is refused (terminal `UnsupportedBootstrapFormat`).
+//!    Bootstrap data never appears in logs, errors or `Debug` output.
+//! 3. **Spec changes** of a configured VM ([`drift`]): sockets, cores, memory and
+//!    added disks are written with `PUT …/config`, grown disks (boot or additional)
+//!    with `PUT …/resize`; disks never shrink. On a running VM PVE keeps what it
+//!    cannot hot-plug as pending (`GET …/pending`) until the next start: the machine
+//!    then reports the pending operation `RestartPending` (so `Ready=False`, reason
+//!    `RestartPending`) instead of claiming its spec; banlieue never restarts a VM on
+//!    its own. A power cycle (`PoweredOff`, then `PoweredOn`) applies it.
+//! 4. **Power**: `status/start`, `status/shutdown` (with `shutdownTimeout` and
 //!    `forceStop`), `status/suspend`, `status/resume`.
-//! 4. **Observe**: power from `status/current`; addresses from the guest agent
+//! 5. **Observe**: power from `status/current`; addresses from the guest agent
 //!    (`agent/network-get-interfaces`, loopback and link-local left out) plus the
 //!    VM name as `Hostname`.
 //!
-//! `delete` stops a running VM, then destroys it with `purge=1` and
-//! `destroy-unreferenced-disks=1`.
+//! `delete` stops a running VM, deletes its seed volume (`DELETE
+//! /nodes/{node}/storage/{storage}/content/{volid}`: PVE's purge leaves ISO volumes),
+//! then destroys it with `purge=1` and `destroy-unreferenced-disks=1`.
 //!
 //! **Crash safety.** A VM is found by its UID tag in `/cluster/resources`, else by
 //! name plus the UID line in its description (a clone not yet configured), so a
@@ -57,7 +80,10 @@
 //! `VM is locked` and config-lock timeouts → transient `VMLocked`; lost quorum →
 //! transient `NoQuorum`; other 5xx → transient `ServerError`; no connection →
 //! transient `Unreachable`. A failed clone, resize or start task → terminal
-//! `CloneFailed` / `ResizeFailed` / `StartFailed` with the task's exit status.
+//! `CloneFailed` / `ResizeFailed` / `StartFailed` with the task's exit status; a
+//! failed seed upload → transient `SeedUploadFailed`; no `iso` storage on the node →
+//! terminal `NoSeedStorage`. Lost quorum refuses every write; the operator retries
+//! with its growing backoff and converges once the cluster is quorate again.
 //!
 //! # Inventory
 //!
@@ -76,10 +102,19 @@
 //! | `failedCloneBackoff` | duration, at most 3600s | `60s` | how long a failed clone is reported before it is tried again |
 //! | `cluster` | text | PVE's cluster name, else the first node's | the `banlieue.io/proxmox-cluster` label |
 //! | `vlans` | comma list of VLAN tags | none | published as resource `vlan` on every node (PVE cannot list the VLANs a bridge carries) |
+//! | `seedStorage` | storage ID | the first active storage with `iso` content on the node | where NoCloud seeds are uploaded |
 //!
-//! Other keys are ignored. Not yet supported: a NoCloud seed with the full bootstrap
-//! user data (PVE's API cannot upload snippets; it needs an ISO upload), CAPI IPAM
-//! pool addresses, `sources.proxmox.volume` images.
+//! Other keys are ignored.
+//!
+//! # Not yet supported
+//!
+//! - `sources.proxmox.volume` images: [`find_image`](banlieue_sdk::backend::Backend::find_image)
+//!   answers a terminal `ImageSourceUnsupported` (the image's row on the Provider
+//!   says so); only templates are cloned. PVE's `import-from` would do it, but
+//!   fakepve, the test target, cannot import, so it is left until it can be tested.
+//! - CAPI IPAM pool addresses (`ipam.mode: pool` gets DHCP until claimed).
+//! - Shrinking disks, removing disks, changing NICs after the first configuration.
+//! - Ignition bootstrap data.
 #![warn(missing_docs)]
 
 mod backend;
