@@ -443,6 +443,32 @@ mod tests {
     }
 
     #[test]
+    fn a_seed_takes_its_slot_and_replaces_sshkeys() {
+        let bootstrap = BootstrapData {
+            format: BootstrapFormat::CloudConfig,
+            user_data: SecretValue::new("#cloud-config\nssh_authorized_keys: [\"ssh-rsa K\"]\n"),
+            network_config: None,
+        };
+        let seed = SeedDrive {
+            key: "ide2".into(),
+            volid: "local:iso/banlieue-x-seed.iso".into(),
+        };
+        let form = machine_config(
+            &spec(json!({})),
+            &identity(),
+            Some(&bootstrap),
+            Some(&seed),
+            &golden_config(),
+        );
+        assert_eq!(
+            form.get("ide2"),
+            Some("local:iso/banlieue-x-seed.iso,media=cdrom")
+        );
+        assert!(form.get("sshkeys").is_none());
+        assert!(!format!("{form:?}").contains("ssh-rsa"));
+    }
+
+    #[test]
     fn template_tags_are_kept_and_uid_tag_found() {
         let form = machine_config(
             &spec(json!({})),

@@ -51,8 +51,8 @@
 //!    `iso` content on the VM's node, and the config attaches it as a CD-ROM
 //!    (`ide2: <storage>:iso/banlieue-<uid>-seed.iso,media=cdrom`) in the slot of the
 //!    template's cloud-init drive, which it replaces (else the first free IDE/SATA
-//!    slot). Without bootstrap data PVE's own cloud-init drive stays, with `sshkeys`
-//!    from nowhere. Ignition is refused (terminal `UnsupportedBootstrapFormat`).
+//!    slot). Without bootstrap data the template's cloud-init drive stays, and PVE
+//!    writes `ipconfigN` / `nameserver` to it. Ignition is refused (terminal `UnsupportedBootstrapFormat`).
 //!    Bootstrap data never appears in logs, errors or `Debug` output.
 //! 3. **Spec changes** of a configured VM ([`drift`]): sockets, cores, memory and
 //!    added disks are written with `PUT …/config`, grown disks (boot or additional)
