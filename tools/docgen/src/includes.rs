@@ -1,8 +1,8 @@
-//! Guards the book's `{{#include file.yaml:FROM:TO}}` excerpts of `examples/`: a range
-//! must still be whole YAML documents, starting at the top of the file or right after a
-//! `---` line and ending at the end of the file or right before one. So an example that
-//! grows or moves makes `make docs-check` fail instead of the book silently showing half
-//! of one object and half of the next.
+//! Guards the book's line-range excerpts, `{{#include file:FROM:TO}}`: a YAML range
+//! must still be whole documents (starting at the top of the file or right after a
+//! `---` line, ending at the end or right before one), a Rust range one whole item with
+//! its doc comment. So a file that grows or moves makes `make docs-check` fail instead
+//! of the book silently showing half of one object and half of the next.
 
 use std::path::Path;
 
@@ -57,9 +57,6 @@ fn check_range(page: &Path, directive: &str) -> Result<(), String> {
     let (Some(from), Some(to)) = (parts.next(), parts.next()) else {
         return Ok(()); // The whole file (or an anchor): nothing to go stale.
     };
-    if !(file.ends_with(".yaml") || file.ends_with(".yml")) {
-        return Ok(());
-    }
     let lines: Vec<&str> = text.lines().collect();
     let from: usize = from
         .parse()
@@ -71,11 +68,34 @@ fn check_range(page: &Path, directive: &str) -> Result<(), String> {
             lines.len()
         ));
     }
+    if file.ends_with(".rs") {
+        return whole_rust_item(&lines, from, to);
+    }
+    if !(file.ends_with(".yaml") || file.ends_with(".yml")) {
+        return Ok(());
+    }
     let starts_document = from == 1 || lines[from - 2] == "---";
     let ends_document = to == lines.len() || lines[to] == "---";
     if !starts_document || !ends_document {
         return Err(format!(
             "lines {from}..{to} are no longer whole YAML documents (each must start after a '---' line or at line 1 and end before one or at the end); fix the range"
+        ));
+    }
+    Ok(())
+}
+
+/// A Rust excerpt must be one top-level item with its doc comment: it starts at
+/// column 0 with `///`, `#[` or `pub`, after a line that is not part of the same doc
+/// comment, and ends with the item's closing `}` at column 0.
+fn whole_rust_item(lines: &[&str], from: usize, to: usize) -> Result<(), String> {
+    let first = lines[from - 1];
+    let before = if from > 1 { lines[from - 2] } else { "" };
+    let starts = (first.starts_with("///") || first.starts_with("#[") || first.starts_with("pub "))
+        && !before.starts_with("///")
+        && !before.starts_with("#[");
+    if !starts || lines[to - 1] != "}" {
+        return Err(format!(
+            "lines {from}..{to} are no longer one whole item (doc comment to closing brace); fix the range"
         ));
     }
     Ok(())
@@ -105,5 +125,16 @@ mod tests {
         assert!(problems[0].contains("no longer whole YAML documents"));
         assert!(problems[2].contains("not within"));
         assert!(problems[3].contains("cannot read nope.yaml"));
+
+        std::fs::write(
+            dir.path().join("x.rs"),
+            "use a;\n\n/// Doc.\npub trait T {\n    fn f();\n}\n",
+        )
+        .unwrap();
+        assert!(page("{{#include x.rs:3:6}}").is_empty());
+        assert_eq!(
+            page("{{#include x.rs:4:6}}\n{{#include x.rs:3:5}}").len(),
+            2
+        );
     }
 }
