@@ -25,7 +25,7 @@ bench: ## Scale benchmark (release operator, sim backend): N=100,1000,10000, or 
 	KUBEBUILDER_ASSETS="$$assets" "$$bin/banlieue-bench" --operator "$$bin/banlieue" --sizes "$${sizes:-100,1000,10000}" $(BENCH_ARGS)
 
 .PHONY: test
-test: testbin lint crds-check features-check manifests-check docs-check publish-check ## The whole test suite (what CI runs).
+test: testbin lint crds-check features-check manifests-check dockerfile-check docs-check publish-check ## The whole test suite (what CI runs).
 	hack/build-deps.sh
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --workspace --all-features --locked --no-fail-fast
 	DEMO_ONESHOT=1 $(MAKE) --no-print-directory demo
@@ -122,6 +122,10 @@ clusterctl-components: ## Write clusterctl's release assets to target/clusterctl
 e2e-capi-packaging: testbin ## bootstrap operator twice on the test control plane, the CAPI rig, real clusterctl on our release; part of `make test`.
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue --test bootstrap --test clusterctl
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test capi_rig
+
+.PHONY: dockerfile-check
+dockerfile-check: ## Run the Dockerfile's build stages' cargo builds here (no container engine) and check what the image copies.
+	hack/check-dockerfile.sh
 
 .PHONY: docs
 docs: ## Build the book (docs/book, mdBook) into target/book.

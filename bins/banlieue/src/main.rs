@@ -17,9 +17,7 @@ fn main() -> anyhow::Result<()> {
         cli::Command::Run(cmd) => cmd.run(),
         cli::Command::Crds(cmd) => cmd.run(),
         cli::Command::Bootstrap(cmd) => cmd.run(),
-        cli::Command::Completion(cmd) => {
-            cmd.run();
-            Ok(())
-        }
+        cli::Command::Completion(cmd) => cmd.run(),
+        cli::Command::Man(cmd) => cmd.run(),
     }
 }

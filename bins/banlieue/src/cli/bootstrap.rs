@@ -101,7 +101,7 @@ impl BootstrapCommand {
         match self.what {
             What::Operator(args) if args.dry_run => {
                 let yaml = install::to_yaml(&install::components(&args.install.options()))?;
-                print_stdout(&yaml)
+                super::output::print_stdout(yaml.as_bytes())
             }
             What::Operator(args) => {
                 let runtime = tokio::runtime::Builder::new_current_thread()
@@ -118,15 +118,6 @@ impl BootstrapCommand {
                 write_files(&args.out_dir, &files)
             }
         }
-    }
-}
-
-/// Prints to stdout; a closed pipe (`| head`) is not an error.
-fn print_stdout(text: &str) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("writing to stdout"),
     }
 }
 

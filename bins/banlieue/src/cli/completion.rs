@@ -11,8 +11,12 @@ pub struct CompletionCommand {
 }
 
 impl CompletionCommand {
-    pub fn run(self) {
+    /// Prints the script. It is rendered into memory first: clap_complete panics when
+    /// writing fails, and `banlieue completion bash | head` closes the pipe early.
+    pub fn run(self) -> anyhow::Result<()> {
         let mut cmd = super::Cli::command();
-        clap_complete::generate(self.shell, &mut cmd, "banlieue", &mut std::io::stdout());
+        let mut script = Vec::new();
+        clap_complete::generate(self.shell, &mut cmd, "banlieue", &mut script);
+        super::output::print_stdout(&script)
     }
 }

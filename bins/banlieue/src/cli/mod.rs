@@ -3,15 +3,25 @@
 mod bootstrap;
 mod completion;
 mod crds;
+mod man;
+mod output;
 mod run;
 mod values;
 
 use clap::{Parser, Subcommand};
 
+/// `0.1.0 (git abc1234, dirty)`: the crate version and the revision build.rs found.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("BANLIEUE_BUILD_GIT_REV"),
+    ")"
+);
+
 /// banlieue: one VirtualMachine API for vSphere, Proxmox VE, libvirt and Cloud
 /// Hypervisor, and a Cluster API infrastructure provider.
 #[derive(Parser, Debug)]
-#[command(name = "banlieue", version, about, long_about = None)]
+#[command(name = "banlieue", version = VERSION, about, long_about = None)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -29,4 +39,6 @@ pub enum Command {
     Bootstrap(bootstrap::BootstrapCommand),
     /// Print a shell completion script.
     Completion(completion::CompletionCommand),
+    /// Write the man pages: banlieue.1 and one page per subcommand.
+    Man(man::ManCommand),
 }

@@ -10,6 +10,9 @@ use super::{CONTROLLER_NAME, DEPLOYMENT_NAME, Options, PROVIDER, PROVIDER_LABEL,
 pub const HEALTH_PORT: u16 = 9440;
 /// The metrics port (`/metrics`).
 pub const METRICS_PORT: u16 = 8443;
+/// The user and group the manager runs as: distroless's `nonroot`, the Dockerfile's
+/// `USER` (hack/check-dockerfile.sh checks they agree), as Cluster API's managers do.
+pub const RUN_AS_ID: u32 = 65532;
 
 /// `banlieue run`'s arguments in the Deployment. It watches every namespace (clusterctl
 /// installs providers cluster-wide); the Lease lives in `$POD_NAMESPACE`.
@@ -74,8 +77,8 @@ pub fn deployment(options: &Options) -> Value {
                                 "allowPrivilegeEscalation": false,
                                 "privileged": false,
                                 "readOnlyRootFilesystem": true,
-                                "runAsUser": 65532,
-                                "runAsGroup": 65532,
+                                "runAsUser": RUN_AS_ID,
+                                "runAsGroup": RUN_AS_ID,
                                 "capabilities": {"drop": ["ALL"]},
                             },
                         }],

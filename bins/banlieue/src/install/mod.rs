@@ -51,9 +51,13 @@ impl Default for Options {
     }
 }
 
-/// `ghcr.io/banlieue/banlieue:<this crate's version>`.
+/// Where the Dockerfile's image is published: GitHub's registry, under the
+/// repository's organisation (`repository` in Cargo.toml).
+pub const IMAGE_REPOSITORY: &str = "ghcr.io/banlieue-io/banlieue";
+
+/// The image of this build: [`IMAGE_REPOSITORY`] tagged with this crate's version.
 pub fn default_image() -> String {
-    format!("ghcr.io/banlieue/banlieue:{}", env!("CARGO_PKG_VERSION"))
+    format!("{IMAGE_REPOSITORY}:{}", env!("CARGO_PKG_VERSION"))
 }
 
 /// The labels every object carries.

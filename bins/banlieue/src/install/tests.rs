@@ -147,10 +147,22 @@ fn the_deployment_runs_banlieue_as_clusterctl_and_capi_expect() {
 }
 
 #[test]
-fn the_default_image_is_this_version() {
+fn the_default_image_is_this_version_under_the_repository_organisation() {
+    let (repository, tag) = Options::default()
+        .image
+        .rsplit_once(':')
+        .map(|(r, t)| (r.to_owned(), t.to_owned()))
+        .unwrap();
+    assert_eq!(tag, env!("CARGO_PKG_VERSION"));
+    assert_eq!(repository, IMAGE_REPOSITORY);
+    // ghcr.io/<org>/<name> links to github.com/<org>/<name>.
+    let github = env!("CARGO_PKG_REPOSITORY")
+        .trim_end_matches('/')
+        .trim_end_matches(".git");
     assert_eq!(
-        Options::default().image,
-        format!("ghcr.io/banlieue/banlieue:{}", env!("CARGO_PKG_VERSION"))
+        repository.strip_prefix("ghcr.io/"),
+        github.strip_prefix("https://github.com/"),
+        "the image lives under the repository in Cargo.toml"
     );
 }
 

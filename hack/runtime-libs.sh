@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Copies the shared libraries BINARY loads (as `ldd` resolves them) into DIR, except
+# glibc's and the GCC runtime's: the runtime image (distroless/cc, Debian 12) has those,
+# from the same Debian release as the build image. The Dockerfile's build-full stage
+# runs this for libvirt's client library and its dependencies.
+#
+# Usage: hack/runtime-libs.sh BINARY DIR
+#        hack/runtime-libs.sh --list BINARY    (print the libraries' names, copy nothing;
+#                                              hack/check-dockerfile.sh uses it)
+set -euo pipefail
+
+list=0
+if [[ "${1:-}" == --list ]]; then
+  list=1
+  shift
+fi
+if (( $# != 2 - list )); then
+  echo "usage: $0 BINARY DIR | $0 --list BINARY" >&2
+  exit 2
+fi
+binary="$1" dir="${2:-}"
+
+if ! deps="$(ldd "$binary")"; then
+  echo "runtime-libs: ldd cannot read $binary" >&2
+  exit 1
+fi
+if grep -q 'not found' <<<"$deps"; then
+  echo "runtime-libs: $binary needs libraries this machine lacks:" >&2
+  grep 'not found' <<<"$deps" >&2
+  exit 1
+fi
+
+if (( ! list )); then
+  rm -rf "$dir"
+  mkdir -p "$dir"
+fi
+count=0
+while read -r name path; do
+  case "$name" in
+    ld-linux*|libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|libresolv.so.*|libutil.so.*|libanl.so.*) continue ;;
+    libgcc_s.so.*|libstdc++.so.*|libgomp.so.*) continue ;;
+  esac
+  if (( list )); then
+    echo "$name"
+  else
+    cp -L "$path" "$dir/$name"
+  fi
+  count=$((count + 1))
+done < <(awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' <<<"$deps")
+if (( ! list )); then
+  echo "runtime-libs: copied $count libraries for $binary into $dir" >&2
+fi
