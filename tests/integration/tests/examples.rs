@@ -1,7 +1,10 @@
-//! Every manifest in `examples/manifests` is accepted by server-side apply, and
-//! together they cover every kind.
+//! Examples that cannot rot: every YAML file anywhere under `examples/` is accepted by
+//! server-side apply on the real API server (strict field validation), re-applying it
+//! changes nothing, and the manifests of `examples/manifests` together cover every kind.
+//! (The Rust example, `examples/embedding`, runs its own smoke test.)
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
 use banlieue_integration_tests::{apply, examples_dir, gvk_of, load_manifests};
 
@@ -50,6 +53,85 @@ async fn every_example_is_accepted_by_server_side_apply() {
         "examples: {} documents applied ({banlieue_objects} banlieue objects covering {} kinds)",
         documents.len(),
         kinds.len()
+    );
+}
+
+/// Every directory under `examples/` that holds YAML files, recursively.
+fn yaml_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut has_yaml = false;
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.expect("directory entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            // Build output of the Rust example, if any, is not an example.
+            if path.file_name().is_some_and(|n| n == "target") {
+                continue;
+            }
+            yaml_dirs(&path, out);
+        } else if path
+            .extension()
+            .is_some_and(|ext| ext == "yaml" || ext == "yml")
+        {
+            assert!(
+                path.extension().is_some_and(|ext| ext == "yaml"),
+                "{}: name example manifests *.yaml (the loader reads those)",
+                path.display()
+            );
+            has_yaml = true;
+        }
+    }
+    if has_yaml {
+        out.push(dir.to_path_buf());
+    }
+}
+
+#[tokio::test]
+async fn every_yaml_file_under_examples_is_accepted_and_stable() {
+    let root = examples_dir()
+        .parent()
+        .expect("examples/manifests has a parent")
+        .to_path_buf();
+    let mut dirs = Vec::new();
+    yaml_dirs(&root, &mut dirs);
+    assert!(
+        dirs.iter().any(|d| d.ends_with("demo")),
+        "examples/demo (what `make demo` applies) was not found under {}: {dirs:?}",
+        root.display()
+    );
+    let mut applied = 0;
+    for dir in dirs.iter().filter(|d| **d != examples_dir()) {
+        // One namespace per directory: each is a self-contained set, as `make demo` applies it.
+        let ns = banlieue_testenv::namespace("examples-dir").await;
+        for (file, document) in load_manifests(dir) {
+            let gvk = gvk_of(&document);
+            let name = document["metadata"]["name"].as_str().unwrap_or("?");
+            let first = apply(&ns.client, &ns.name, &document)
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("{}: {} {name} rejected: {e}", file.display(), gvk.kind)
+                });
+            let again = apply(&ns.client, &ns.name, &document)
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("{}: {} {name} re-apply: {e}", file.display(), gvk.kind)
+                });
+            assert_eq!(
+                first.metadata.resource_version,
+                again.metadata.resource_version,
+                "{}: {} {name}: re-applying the same manifest wrote a new version",
+                file.display(),
+                gvk.kind
+            );
+            applied += 1;
+        }
+    }
+    assert!(applied > 0, "no YAML outside examples/manifests: {dirs:?}");
+    eprintln!(
+        "examples: {applied} documents applied from {} other directories",
+        dirs.len() - 1
     );
 }
 
