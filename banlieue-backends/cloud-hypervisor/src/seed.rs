@@ -3,7 +3,6 @@
 //! by its label; no ISO tooling is needed on the host.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::path::Path;
 
 use banlieue_sdk::api::common::{BootstrapFormat, IpamMode};
@@ -11,8 +10,8 @@ use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorNetworkInterface;
 use banlieue_sdk::backend::{BackendError, BootstrapData, MachineIdentity};
 use serde_json::{Value, json};
 
-/// Seed image size: FAT12 comfortably holds bootstrap data of a few hundred KiB.
-const IMAGE_BYTES: u64 = 4 << 20;
+/// The seed's file-system label (NoCloud matches it in either case).
+const LABEL: &str = "CIDATA";
 
 /// The seed's files for one machine.
 pub fn files(
@@ -24,6 +23,7 @@ pub fn files(
     let mut files = BTreeMap::new();
     files.insert(
         "meta-data".to_owned(),
+        // Plain scalars (UIDs and DNS names need no quoting), as the e2e tests read them.
         format!(
             "instance-id: {}\nlocal-hostname: {}\n",
             identity.uid, identity.name
@@ -38,7 +38,7 @@ pub fn files(
             ));
         }
         Some(b) => b.user_data.expose().as_bytes().to_vec(),
-        None => b"#cloud-config\n{}\n".to_vec(),
+        None => banlieue_nocloud::EMPTY_USER_DATA.as_bytes().to_vec(),
     };
     files.insert("user-data".to_owned(), user_data);
     let network = match bootstrap.and_then(|b| b.network_config.as_ref()) {
@@ -79,57 +79,31 @@ pub fn network_config(interfaces: &[CloudHypervisorNetworkInterface], macs: &[St
     json!({"version": 2, "ethernets": ethernets})
 }
 
-fn fat_error(path: &Path, e: std::io::Error) -> BackendError {
+fn fat_error(path: &Path, e: impl std::fmt::Display) -> BackendError {
     BackendError::transient("SeedWriteFailed", format!("{}: {e}", path.display()))
 }
 
-/// Writes a FAT image labelled `CIDATA` holding `files` at `path`.
+/// Writes a FAT image labelled `CIDATA` holding `files` at `path` (built in memory
+/// by `banlieue-nocloud`).
 pub fn write_image(path: &Path, files: &BTreeMap<String, Vec<u8>>) -> Result<(), BackendError> {
-    let err = |e| fat_error(path, e);
-    let mut image = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .map_err(err)?;
-    image.set_len(IMAGE_BYTES).map_err(err)?;
-    fatfs::format_volume(
-        &mut image,
-        fatfs::FormatVolumeOptions::new()
-            .volume_label(*b"CIDATA     ")
-            .fat_type(fatfs::FatType::Fat12),
-    )
-    .map_err(err)?;
-    let fs = fatfs::FileSystem::new(&mut image, fatfs::FsOptions::new()).map_err(err)?;
-    for (name, content) in files {
-        let mut file = fs.root_dir().create_file(name).map_err(err)?;
-        file.truncate().map_err(err)?;
-        file.write_all(content).map_err(err)?;
-        file.flush().map_err(err)?;
-    }
-    fs.unmount().map_err(err)?;
-    Ok(())
+    let entries: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(name, data)| (name.as_str(), data.as_slice()))
+        .collect();
+    let image = banlieue_nocloud::fat::image(LABEL, &entries).map_err(|e| match e {
+        banlieue_nocloud::SeedError::TooLarge(_) => {
+            BackendError::terminal("SeedTooLarge", e.to_string())
+        }
+        other => fat_error(path, other),
+    })?;
+    std::fs::write(path, image).map_err(|e| fat_error(path, e))
 }
 
 /// Reads a seed image back: its label and files (for tests and diagnostics).
 pub fn read_image(path: &Path) -> std::io::Result<(String, BTreeMap<String, Vec<u8>>)> {
-    let mut image = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)?;
-    let fs = fatfs::FileSystem::new(&mut image, fatfs::FsOptions::new())?;
-    let label = fs.volume_label().trim().to_owned();
-    let mut files = BTreeMap::new();
-    for entry in fs.root_dir().iter() {
-        let entry = entry?;
-        if entry.is_file() {
-            let mut content = Vec::new();
-            entry.to_file().read_to_end(&mut content)?;
-            files.insert(entry.file_name(), content);
-        }
-    }
-    Ok((label, files))
+    let image = std::fs::read(path)?;
+    let (label, files) = banlieue_nocloud::fat::read(&image).map_err(std::io::Error::other)?;
+    Ok((label.trim().to_owned(), files.into_iter().collect()))
 }
 
 #[cfg(test)]
