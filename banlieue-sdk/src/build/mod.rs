@@ -163,9 +163,11 @@ pub fn infra_machine(input: &Input<'_>) -> Result<InfraMachine, BuildError> {
                 .and_then(|s| s.template_id)
                 .or_else(|| (input.provider.spec.class == ProviderClass::Sim).then_some(100))
                 .ok_or_else(|| BuildError::new("ImageSourceUnsupported", "the image's proxmox source has no templateID (volume imports are not supported yet)"))?;
+            // Admission refuses coresPerSocket 0, but an object stored before that rule
+            // (or written with validation off) must not crash the operator.
             let (sockets, cores) = match input.class.cores_per_socket {
-                Some(per) => (input.class.cpus / per, per),
-                None => (1, input.class.cpus),
+                Some(per) if per > 0 => (input.class.cpus / per, per),
+                _ => (1, input.class.cpus),
             };
             InfraMachine::Proxmox(ProxmoxMachine {
                 metadata,
