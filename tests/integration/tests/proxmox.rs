@@ -241,9 +241,27 @@ async fn ticket_auth_works_and_logs_in_again_when_tickets_are_revoked() {
     let Some((ns, _operator, pve)) = world("pve-ticket", Auth::Ticket).await else {
         return;
     };
-    apply(&ns.client, &ns.name, &vm(&ns, "db-1")).await.unwrap();
+    // With bootstrap data: the seed's multipart upload carries the ticket and CSRF token too.
+    apply(
+        &ns.client,
+        &ns.name,
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "boot"},
+                "stringData": {"value": "#cloud-config\n{}\n"}}),
+    )
+    .await
+    .unwrap();
+    let mut object = vm(&ns, "db-1");
+    object["spec"]["bootstrap"] = json!({"userData": {"name": "boot"}});
+    apply(&ns.client, &ns.name, &object).await.unwrap();
     let vms: Api<VirtualMachine> = ns.api();
     wait_for(&vms, "db-1", WAIT, is_ready).await;
+    assert!(
+        machine_of(&pve, "db-1").unwrap()["config"]["ide2"]
+            .as_str()
+            .unwrap()
+            .starts_with("local:iso/banlieue-"),
+        "the seed is attached"
+    );
     pve.revoke_tickets();
     set_power(&vms, "db-1", "PoweredOff").await;
     wait_for(&vms, "db-1", WAIT, |v| {
