@@ -53,7 +53,9 @@
 //!    template's cloud-init drive, which it replaces (else the first free IDE/SATA
 //!    slot). Without bootstrap data the template's cloud-init drive stays, and PVE
 //!    writes `ipconfigN` / `nameserver` to it. Ignition is refused (terminal `UnsupportedBootstrapFormat`).
-//!    Bootstrap data never appears in logs, errors or `Debug` output.
+//!    Bootstrap data never appears in logs, errors or `Debug` output. The token or
+//!    user needs `Datastore.AllocateTemplate` on that storage (PVE's upload check)
+//!    and `Datastore.Allocate` there to delete the seed.
 //! 3. **Spec changes** of a configured VM ([`drift`]): sockets, cores, memory and
 //!    added disks are written with `PUT …/config`, grown disks (boot or additional)
 //!    with `PUT …/resize`; disks never shrink. On a running VM PVE keeps what it
