@@ -79,7 +79,7 @@ pub struct ProviderSpec {
 pub struct Connection {
     /// Backend URL, e.g. `https://vcenter.example.com/sdk`, `https://pve.example.com:8006`,
     /// `qemu+ssh://root@host/system`, `unix:///run/banlieue/ch.sock` or `sim://local`.
-    #[x_kube(validation = Rule::new("self.matches('^[a-z][a-z0-9+.-]*://[^ ]*$')")
+    #[x_kube(validation = Rule::new("self.matches('^[a-z][a-z0-9+.-]*://[^[:space:][:cntrl:]]*$')")
         .message("connection.endpoint must be a URL such as https://vcenter.example.com/sdk or qemu+ssh://host/system"))]
     #[schemars(length(min = 1, max = 2048))]
     pub endpoint: String,
