@@ -29,7 +29,11 @@ pub fn write(src: &Path) -> anyhow::Result<()> {
             std::fs::remove_file(dir.join(&stale))?;
         }
     }
-    std::fs::create_dir_all(src.join(crate::crate_docs::DIR))?;
+    for (path, _) in &pages {
+        if let Some(dir) = src.join(path).parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
     for (path, text) in &pages {
         std::fs::write(src.join(path), text).with_context(|| format!("writing {path}"))?;
     }
