@@ -29,7 +29,7 @@ pub fn write(src: &Path) -> anyhow::Result<()> {
             std::fs::remove_file(dir.join(&stale))?;
         }
     }
-    for (path, _) in &pages {
+    for path in pages.keys() {
         if let Some(dir) = src.join(path).parent() {
             std::fs::create_dir_all(dir)?;
         }
