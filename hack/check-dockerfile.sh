@@ -13,7 +13,8 @@
 #     passes) and that `bootstrap operator` deploys it as the Dockerfile's USER.
 # The default VARIANT is built last, so target/release/banlieue ends as the full build.
 #
-# Usage: hack/check-dockerfile.sh [DOCKERFILE]   (CARGO overrides `cargo`)
+# Usage: hack/check-dockerfile.sh [DOCKERFILE]   (CARGO overrides `cargo`;
+#        DOCKERFILE_VARIANTS="full" checks only the variants named)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -81,6 +82,13 @@ hack/build-deps.sh
 version="$(sed -nE '/^\[workspace.package\]/,/^\[/ s/^version[[:space:]]*=[[:space:]]*"([^"]+)".*/\1/p' Cargo.toml | head -n1)"
 summary=()
 mapfile -t ordered < <(printf '%s\n' "${variants[@]}" | grep -vx "$default_variant"; echo "$default_variant")
+if [[ -n "${DOCKERFILE_VARIANTS:-}" ]]; then
+  for wanted in $DOCKERFILE_VARIANTS; do
+    printf '%s\n' "${variants[@]}" | grep -qx "$wanted" || fail "DOCKERFILE_VARIANTS: no build-$wanted stage"
+  done
+  mapfile -t ordered < <(printf '%s\n' "${ordered[@]}" | grep -xF -f <(tr ' ' '\n' <<<"$DOCKERFILE_VARIANTS"))
+  echo "check-dockerfile: only ${ordered[*]} (DOCKERFILE_VARIANTS)" >&2
+fi
 for variant in "${ordered[@]}"; do
   build="$(stage "build-$variant")"
   runtime="$(stage "runtime-$variant")"
@@ -154,5 +162,5 @@ for variant in "${ordered[@]}"; do
   summary+=("$(printf '       runtime-%s: %s, %s, %d extra libraries' "$variant" "$binary" "$(du -h "$binary" | cut -f1)" "${#needed[@]}")")
 done
 
-echo "Dockerfile: ${#variants[@]} variants checked (default $default_variant):"
+echo "Dockerfile: ${#ordered[@]} of ${#variants[@]} variants checked (default $default_variant):"
 printf '  %s\n' "${summary[@]}"

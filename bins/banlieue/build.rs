@@ -10,9 +10,9 @@
 //! 4. otherwise `unknown`.
 //!
 //! "dirty" is what `git status` said when this script last ran: it reruns when HEAD
-//! moves or the index changes, not on every edit of a source file (that would rerun it
-//! on any change in the workspace). `tests/cli.rs` includes this file to test
-//! [`git_rev`] in and outside a checkout.
+//! moves (a commit, a checkout), not on every edit or `git add` (that would recompile
+//! the binary on any change in the workspace, or whenever git rewrites its index).
+//! `tests/cli.rs` includes this file to test [`git_rev`] in and outside a checkout.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -91,8 +91,7 @@ fn describe(short: &str, dirty: bool) -> String {
 
 /// Runs git in `dir`; `None` when git is missing or fails.
 fn git(dir: &Path, args: &[&str]) -> Option<String> {
-    // --no-optional-locks: `status` must not rewrite the index this script watches
-    // (every build would then rerun it).
+    // --no-optional-locks: a build must not rewrite the index under a developer's feet.
     let out = Command::new("git")
         .arg("--no-optional-locks")
         .arg("-C")
@@ -122,7 +121,6 @@ fn from_git(dir: &Path) -> Option<GitRev> {
         }
     };
     watch_git_path("HEAD");
-    watch_git_path("index");
     watch_git_path("packed-refs");
     if let Some(branch) = git(dir, &["symbolic-ref", "-q", "HEAD"]) {
         watch_git_path(&branch);
