@@ -12,7 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
@@ -43,9 +43,8 @@ pub(crate) async fn run<K: InfraCluster>(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api = watch::namespaced::<K>(&ctx.client, &ctx.settings);
-    let controller = Controller::new(api, watch::filtered(&ctx.settings))
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.provider))
-        .trigger_backoff(watch::backoff());
+    let controller = watch::controller(api, watch::filtered(&ctx.settings))
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.provider));
     let clusters = controller.store();
     let controller = controller.watches(
         watch::namespaced::<Provider>(&ctx.client, &ctx.settings),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -93,7 +93,7 @@ pub(crate) struct Context {
     /// Failure domains banlieue chose for CAPI machines, by uid, until their status
     /// says so (so replicas created together spread instead of piling up).
     pub capi_placements: Mutex<HashMap<String, String>>,
-    recorder: Recorder,
+    events: super::events::Events,
     writers: Mutex<Option<Writers>>,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -119,7 +119,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Arc::new(Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: super::events::Events::new(client.clone(), reporter),
             backends: BackendCache::new(registry, metrics.clone()),
             client,
             settings,
@@ -235,7 +235,7 @@ impl Context {
             action: action.into(),
             secondary: None,
         };
-        if let Err(error) = self.recorder.publish(&event, &object.object_ref(&())).await {
+        if let Err(error) = self.events.publish(&event, &object.object_ref(&())).await {
             tracing::debug!(%error, "could not publish event");
         }
     }
@@ -281,6 +281,7 @@ where
     Box::pin(async move {
         watcher(api, config)
             .backoff(super::watch::backoff())
+            .modify(super::watch::strip_managed_fields)
             .reflect(writer)
             .applied_objects()
             .for_each(|event| async move {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -31,9 +31,9 @@ pub(crate) async fn run(
     ctx: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let controller = Controller::new(Api::<VMImage>::all(ctx.client.clone()), watch::unfiltered())
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.image))
-        .trigger_backoff(watch::backoff());
+    let controller =
+        watch::controller(Api::<VMImage>::all(ctx.client.clone()), watch::unfiltered())
+            .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.image));
     let images = controller.store();
     controller
         .watches(

@@ -28,6 +28,7 @@ mod bootstrap;
 mod capi;
 mod cluster;
 mod context;
+mod events;
 mod image;
 mod infra;
 mod machine;

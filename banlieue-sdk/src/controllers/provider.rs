@@ -9,7 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{ResourceExt, runtime::finalizer};
@@ -36,9 +36,8 @@ pub(crate) async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api = watch::namespaced::<Provider>(&ctx.client, &ctx.settings);
-    let controller = Controller::new(api, watch::unfiltered())
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.provider))
-        .trigger_backoff(watch::backoff());
+    let controller = watch::controller(api, watch::unfiltered())
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.provider));
     let providers = controller.store();
     let by_secret = providers.clone();
     let by_config_map = providers.clone();

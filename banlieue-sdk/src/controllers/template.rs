@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Action, Config as ControllerConfig};
 use serde_json::json;
 
 use super::context::{Context, key_of};
@@ -26,9 +26,8 @@ pub(crate) async fn run<K>(
     K: Namespaced + InfraTemplateRead,
 {
     let api = watch::namespaced::<K>(&ctx.client, &ctx.settings);
-    Controller::new(api, watch::filtered(&ctx.settings))
+    watch::controller(api, watch::filtered(&ctx.settings))
         .with_config(ControllerConfig::default().concurrency(2))
-        .trigger_backoff(watch::backoff())
         .graceful_shutdown_on(shutdown)
         .run(
             |template: Arc<K>, ctx: Arc<Context>| async move {

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer;
 use kube::runtime::reflector::ObjectRef;
@@ -44,12 +44,11 @@ pub(crate) async fn run(
 ) {
     let client = &ctx.client;
     let settings = &ctx.settings;
-    let controller = Controller::new(
+    let controller = watch::controller(
         watch::namespaced::<VirtualMachine>(client, settings),
         watch::filtered(settings),
     )
-    .with_config(ControllerConfig::default().concurrency(settings.concurrency.virtual_machine))
-    .trigger_backoff(watch::backoff());
+    .with_config(ControllerConfig::default().concurrency(settings.concurrency.virtual_machine));
     let _ = ctx.vms.set(controller.store());
     let (by_class, by_image, by_provider) =
         (controller.store(), controller.store(), controller.store());

@@ -3,8 +3,11 @@
 use kube::api::Api;
 use std::time::Duration;
 
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector;
 use kube::runtime::utils::{Backoff, ResetTimerBackoff};
 use kube::runtime::watcher::{self, ExponentialBackoff};
+use kube::runtime::{WatchStreamExt, watcher::watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
@@ -59,4 +62,34 @@ pub(crate) fn backoff() -> impl Backoff + 'static {
         .with_jitter()
         .without_max_times();
     ResetTimerBackoff::new(ExponentialBackoff::from(builder), Duration::from_secs(15))
+}
+
+/// A controller for `api`'s objects whose cache holds them without `managedFields`.
+///
+/// Objects applied with server-side apply carry their field managers' sets, which the
+/// scale benchmark measured at about 85 % of a cached infra machine (16 KB of 19 KB);
+/// nothing in banlieue reads them from a cache. `Controller::new` offers no hook into
+/// its watch, so this builds the reflector itself (ADR 0011). Watch errors back off
+/// with [`backoff`].
+pub(crate) fn controller<K>(api: Api<K>, config: watcher::Config) -> Controller<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let objects = watcher(api, config)
+        .modify(strip_managed_fields)
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(objects, reader).trigger_backoff(backoff())
+}
+
+/// Drops what no cache reader needs (see [`controller`]).
+pub(crate) fn strip_managed_fields<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
 }

@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 
+mod common;
 mod operator_process;
 use operator_process::OperatorProcess;
 

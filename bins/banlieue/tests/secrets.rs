@@ -18,6 +18,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
 use kube::discovery::Discovery;
 use serde_json::{Value, json};
 
+mod common;
 mod operator_process;
 use operator_process::OperatorProcess;
 

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer;
 use kube::runtime::reflector::ObjectRef;
@@ -75,9 +75,8 @@ pub(crate) async fn run<K: Machine>(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api = watch::namespaced::<K>(&ctx.client, &ctx.settings);
-    let controller = Controller::new(api, watch::filtered(&ctx.settings))
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.machine))
-        .trigger_backoff(watch::backoff());
+    let controller = watch::controller(api, watch::filtered(&ctx.settings))
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.machine));
     let machines = controller.store();
     let controller = if ctx.capi_installed {
         let by_cluster = machines.clone();

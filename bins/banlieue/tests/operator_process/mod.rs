@@ -1,12 +1,12 @@
 //! `banlieue run` as a child process for the hostile-input and secrets suites: its
 //! whole output in a log file (to grep for panics and leaked secrets), `/readyz` on
-//! a free loopback port.
+//! a free loopback port. (Test binaries using it declare `mod common;` too.)
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use crate::common::{free_port, readyz};
 
 /// A running operator, killed on drop.
 pub struct OperatorProcess {
@@ -14,13 +14,6 @@ pub struct OperatorProcess {
     health: u16,
     log: PathBuf,
     _dir: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 impl OperatorProcess {
@@ -69,16 +62,7 @@ impl OperatorProcess {
 
     /// The status code of `GET /readyz`, or `None` when nothing answers.
     pub async fn readyz(&self) -> Option<u16> {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.health))
-            .await
-            .ok()?;
-        stream
-            .write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-            .await
-            .ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.ok()?;
-        response.split_whitespace().nth(1)?.parse().ok()
+        readyz(self.health).await
     }
 
     /// Everything the operator wrote so far.
