@@ -21,7 +21,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
-use common::{Replica, WAIT, is_ready, kill_9, start, wait_for_leaders};
+use common::{LEADER_FLAGS, Replica, WAIT, is_ready, kill_9, start, wait_for_leaders};
 
 fn class(ns: &TestNamespace) -> Value {
     json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-small", ns.name)},
@@ -127,26 +127,7 @@ async fn crash_through_a_lifecycle(
     }
     let operator = kill_repeatedly(chaos, operator, 3, &ns.name, &log).await;
     let vms: Api<VirtualMachine> = ns.api();
-    let started = Instant::now();
-    loop {
-        let list = vms.list(&ListParams::default()).await.unwrap().items;
-        if list.iter().filter(|v| is_ready(v)).count() == names.len() {
-            break;
-        }
-        assert!(
-            started.elapsed() < WAIT,
-            "seed {seed}: not all Ready: {:?}; log {}",
-            list.iter()
-                .filter(|v| !is_ready(v))
-                .map(|v| (
-                    v.name_any(),
-                    v.status.as_ref().map(|s| s.conditions.clone())
-                ))
-                .collect::<Vec<_>>(),
-            common::tail(&log)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_all_ready(&vms, names.len(), seed, &log).await;
     let once: BTreeMap<String, usize> = names.iter().map(|n| (n.clone(), 1)).collect();
     assert_eq!(
         census(&hypervisor_vms(), names),
@@ -184,6 +165,34 @@ async fn crash_through_a_lifecycle(
     drop(operator);
 }
 
+/// Waits until `count` VMs are Ready, or fails quoting the ones that are not and the
+/// operator's log.
+async fn wait_all_ready(vms: &Api<VirtualMachine>, count: usize, seed: u64, log: &Path) {
+    let started = Instant::now();
+    loop {
+        let list = vms.list(&ListParams::default()).await.unwrap().items;
+        if list.iter().filter(|v| is_ready(v)).count() == count {
+            return;
+        }
+        let not_ready: Vec<_> = list
+            .iter()
+            .filter(|v| !is_ready(v))
+            .map(|v| {
+                (
+                    v.name_any(),
+                    v.status.as_ref().map(|s| s.conditions.clone()),
+                )
+            })
+            .collect();
+        assert!(
+            started.elapsed() < WAIT,
+            "seed {seed}: not all Ready: {not_ready:?}; log {}",
+            common::tail(log)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
@@ -210,17 +219,6 @@ async fn sigkill_while_creating_and_deleting_on_vsphere_leaves_one_vm_each_then_
     crash_through_a_lifecycle(&ns, &mut chaos, &names("vc", 3), || vc.vms()).await;
 }
 
-/// Lease timing short enough for a test.
-const LEADER_FLAGS: &[&str] = &[
-    "--leader-elect",
-    "--leader-elect-lease-duration",
-    "4s",
-    "--leader-elect-renew-deadline",
-    "3s",
-    "--leader-elect-retry-period",
-    "500ms",
-];
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_during_mass_provisioning_provisions_nothing_twice() {
     let Some(pve) = FakePve::start() else { return };
@@ -245,19 +243,7 @@ async fn killing_the_leader_during_mass_provisioning_provisions_nothing_twice() 
     wait_for_leaders(&[&b], &[true]).await;
     let took_over = killed.elapsed();
     let vms: Api<VirtualMachine> = ns.api();
-    let started = Instant::now();
-    loop {
-        let list = vms.list(&ListParams::default()).await.unwrap().items;
-        if list.iter().filter(|v| is_ready(v)).count() == names.len() {
-            break;
-        }
-        assert!(
-            started.elapsed() < WAIT,
-            "seed {seed}: not all Ready after takeover; log {}",
-            common::tail(&logs.path().join("b.log"))
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_all_ready(&vms, names.len(), seed, &logs.path().join("b.log")).await;
     let once: BTreeMap<String, usize> = names.iter().map(|n| (n.clone(), 1)).collect();
     assert_eq!(
         census(&pve.machines(), &names),

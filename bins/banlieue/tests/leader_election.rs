@@ -11,18 +11,7 @@ use banlieue_sdk::api::VirtualMachine;
 use kube::api::Api;
 use serde_json::json;
 
-use common::{WAIT, is_ready, kill_9, start, wait_for_leaders};
-
-/// Lease timing short enough for a test.
-const LEADER_FLAGS: &[&str] = &[
-    "--leader-elect",
-    "--leader-elect-lease-duration",
-    "4s",
-    "--leader-elect-renew-deadline",
-    "3s",
-    "--leader-elect-retry-period",
-    "500ms",
-];
+use common::{LEADER_FLAGS, WAIT, is_ready, kill_9, start, wait_for_leaders};
 
 fn vm(name: &str, class: &str, image: &str) -> serde_json::Value {
     json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name},

@@ -6,6 +6,7 @@ pub mod chaos;
 pub mod cloud_hypervisor;
 pub mod crashable;
 pub mod fakepve;
+pub mod fixtures;
 pub mod libvirt;
 pub mod operator;
 pub mod vcsim;

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use banlieue_backend_sim::SimCall;
 use banlieue_integration_tests::apply;
+use banlieue_integration_tests::fixtures::sim_provider;
 use banlieue_integration_tests::operator::{Operator, wait_for, wait_gone};
 use banlieue_sdk::api::infra::libvirt::LibvirtMachine;
 use banlieue_sdk::api::{Provider, VirtualMachine};
@@ -30,21 +31,6 @@ mod fault_support;
 const WAIT: Duration = Duration::from_secs(60);
 /// How long a fault stays on while calls are counted.
 const WINDOW: Duration = Duration::from_secs(20);
-
-fn provider(endpoint: &str, settings: Value) -> Value {
-    json!({
-        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "sim"},
-        "spec": {
-            "class": "sim",
-            "connection": {"endpoint": endpoint},
-            "capabilities": {
-                "storageClasses": [{"name": "fast", "target": {"pool": "default"}}],
-                "networkClasses": [{"name": "lan", "target": {"network": "default"}}]
-            },
-            "settings": settings
-        }
-    })
-}
 
 fn vm(ns: &TestNamespace, name: &str) -> Value {
     json!({
@@ -62,7 +48,7 @@ async fn world(prefix: &str, settings: Value) -> (TestNamespace, Operator, Strin
     let ns = banlieue_testenv::namespace(prefix).await;
     let endpoint = format!("sim://{}", ns.name);
     for object in [
-        provider(&endpoint, settings),
+        sim_provider("sim", &endpoint, settings),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-small", ns.name)},
                "spec": {"cpus": 1, "memoryMiB": 512, "disk": {"sizeGiB": 5, "storageClass": "fast"}}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{}-debian", ns.name)},

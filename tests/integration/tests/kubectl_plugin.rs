@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use banlieue_integration_tests::apply;
+use banlieue_integration_tests::fixtures::sim_provider;
 use banlieue_integration_tests::operator::{Operator, wait_for};
 use banlieue_sdk::api::infra::MachineAddressType;
 use banlieue_sdk::api::{Provider, VirtualMachine};
@@ -83,21 +84,6 @@ async fn stdout_of(args: &[&str]) -> String {
         "kubectl-banlieue {args:?} failed: {stderr}\n{stdout}"
     );
     stdout
-}
-
-fn sim_provider(name: &str, endpoint: &str, settings: Value) -> Value {
-    json!({
-        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name},
-        "spec": {
-            "class": "sim",
-            "connection": {"endpoint": endpoint},
-            "capabilities": {
-                "storageClasses": [{"name": "fast", "target": {"pool": "default"}}],
-                "networkClasses": [{"name": "lan", "target": {"network": "default"}}]
-            },
-            "settings": settings
-        }
-    })
 }
 
 fn vm(name: &str, class: &str, image: &str, provider: &str) -> Value {

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use banlieue_integration_tests::apply;
+use banlieue_integration_tests::fixtures::sim_provider;
 use banlieue_integration_tests::operator::{Operator, wait_for, wait_gone};
 use banlieue_sdk::api::infra::libvirt::LibvirtMachine;
 use banlieue_sdk::api::{Provider, VirtualMachine};
@@ -17,21 +18,6 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn sim_provider(name: &str, endpoint: &str, settings: Value) -> Value {
-    json!({
-        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name},
-        "spec": {
-            "class": "sim",
-            "connection": {"endpoint": endpoint},
-            "capabilities": {
-                "storageClasses": [{"name": "fast", "target": {"pool": "default"}}],
-                "networkClasses": [{"name": "lan", "target": {"network": "default"}}]
-            },
-            "settings": settings
-        }
-    })
-}
 
 fn class(name: &str) -> Value {
     json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": name},

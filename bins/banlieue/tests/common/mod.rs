@@ -13,6 +13,17 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// How long a test waits for convergence.
 pub const WAIT: Duration = Duration::from_secs(120);
 
+/// Lease timing short enough for a test.
+pub const LEADER_FLAGS: &[&str] = &[
+    "--leader-elect",
+    "--leader-elect-lease-duration",
+    "4s",
+    "--leader-elect-renew-deadline",
+    "3s",
+    "--leader-elect-retry-period",
+    "500ms",
+];
+
 /// One `banlieue run` process; SIGKILLed on drop.
 pub struct Replica {
     pub child: Child,
