@@ -11,14 +11,18 @@ use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use tokio::sync::oneshot;
 
 use super::backends::BackendCache;
+use super::feed::{self, MachineFeeds, Subscriber, machine_feeds};
+use super::written::Written;
 use super::{Metrics, Readiness, Settings, watch};
+use crate::api::infra::MachineStatus;
 use crate::api::infra::{
     cloud_hypervisor::CloudHypervisorMachine, libvirt::LibvirtMachine, proxmox::ProxmoxMachine,
     vsphere::VSphereMachine,
 };
-use crate::api::virtual_machine::ScheduledPlacement;
+use crate::api::virtual_machine::{ScheduledPlacement, VirtualMachineStatus};
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
 use crate::backend::BackendRegistry;
 
@@ -65,14 +69,33 @@ impl Stores {
     }
 }
 
+/// Statuses written recently, by kind of status (see [`super::written`]).
+#[derive(Default)]
+pub(crate) struct WrittenStatuses {
+    pub virtual_machines: Written<VirtualMachineStatus>,
+    /// Every infra machine kind (uids do not collide across kinds).
+    pub machines: Written<MachineStatus>,
+}
+
+/// An infra machine kind's store writer and the subscribers its watch feeds.
+type MachineWriter<K> = (reflector::store::Writer<K>, Vec<Subscriber<K>>);
+
 struct Writers {
     providers: reflector::store::Writer<Provider>,
     classes: reflector::store::Writer<VMClass>,
     images: reflector::store::Writer<VMImage>,
-    vsphere: reflector::store::Writer<VSphereMachine>,
-    proxmox: reflector::store::Writer<ProxmoxMachine>,
-    libvirt: reflector::store::Writer<LibvirtMachine>,
-    cloud_hypervisor: reflector::store::Writer<CloudHypervisorMachine>,
+    vsphere: MachineWriter<VSphereMachine>,
+    proxmox: MachineWriter<ProxmoxMachine>,
+    libvirt: MachineWriter<LibvirtMachine>,
+    cloud_hypervisor: MachineWriter<CloudHypervisorMachine>,
+}
+
+/// The subscriptions to the shared infra machine watches, handed out once.
+pub(crate) struct InfraFeeds {
+    pub vsphere: MachineFeeds<VSphereMachine>,
+    pub proxmox: MachineFeeds<ProxmoxMachine>,
+    pub libvirt: MachineFeeds<LibvirtMachine>,
+    pub cloud_hypervisor: MachineFeeds<CloudHypervisorMachine>,
 }
 
 /// Shared by every reconciler.
@@ -93,12 +116,16 @@ pub(crate) struct Context {
     /// Failure domains banlieue chose for CAPI machines, by uid, until their status
     /// says so (so replicas created together spread instead of piling up).
     pub capi_placements: Mutex<HashMap<String, String>>,
+    /// What this process wrote last, for reconciles whose cache lags behind it.
+    pub written: WrittenStatuses,
     events: super::events::Events,
     writers: Mutex<Option<Writers>>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
+    /// A context, and the subscriptions its shared infra machine watches will feed
+    /// once [`Context::start_stores`] runs.
     pub fn new(
         client: Client,
         registry: BackendRegistry,
@@ -106,7 +133,7 @@ impl Context {
         metrics: Arc<Metrics>,
         readiness: Readiness,
         capi_installed: bool,
-    ) -> Arc<Self> {
+    ) -> (Arc<Self>, InfraFeeds) {
         let (providers, providers_w) = reflector::store();
         let (classes, classes_w) = reflector::store();
         let (images, images_w) = reflector::store();
@@ -114,11 +141,21 @@ impl Context {
         let (proxmox, proxmox_w) = reflector::store();
         let (libvirt, libvirt_w) = reflector::store();
         let (cloud_hypervisor, cloud_hypervisor_w) = reflector::store();
+        let (vsphere_s, vsphere_f) = machine_feeds();
+        let (proxmox_s, proxmox_f) = machine_feeds();
+        let (libvirt_s, libvirt_f) = machine_feeds();
+        let (cloud_hypervisor_s, cloud_hypervisor_f) = machine_feeds();
+        let feeds = InfraFeeds {
+            vsphere: vsphere_f,
+            proxmox: proxmox_f,
+            libvirt: libvirt_f,
+            cloud_hypervisor: cloud_hypervisor_f,
+        };
         let reporter = Reporter {
             controller: "banlieue".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
-        Arc::new(Self {
+        let context = Arc::new(Self {
             events: super::events::Events::new(client.clone(), reporter),
             backends: BackendCache::new(registry, metrics.clone()),
             client,
@@ -138,17 +175,19 @@ impl Context {
             placements: Mutex::new(HashMap::new()),
             capi_installed,
             capi_placements: Mutex::new(HashMap::new()),
+            written: WrittenStatuses::default(),
             writers: Mutex::new(Some(Writers {
                 providers: providers_w,
                 classes: classes_w,
                 images: images_w,
-                vsphere: vsphere_w,
-                proxmox: proxmox_w,
-                libvirt: libvirt_w,
-                cloud_hypervisor: cloud_hypervisor_w,
+                vsphere: (vsphere_w, vsphere_s),
+                proxmox: (proxmox_w, proxmox_s),
+                libvirt: (libvirt_w, libvirt_s),
+                cloud_hypervisor: (cloud_hypervisor_w, cloud_hypervisor_s),
             })),
             failures: Mutex::new(HashMap::new()),
-        })
+        });
+        (context, feeds)
     }
 
     /// Feeds the shared stores until `shutdown`; counts as synced once all have listed.
@@ -162,7 +201,11 @@ impl Context {
         let client = &self.client;
         let settings = &self.settings;
         let namespaced_filtered = watch::filtered(settings);
-        let tasks = vec![
+        let (synced_vsphere, vsphere_synced) = oneshot::channel();
+        let (synced_proxmox, proxmox_synced) = oneshot::channel();
+        let (synced_libvirt, libvirt_synced) = oneshot::channel();
+        let (synced_cloud_hypervisor, cloud_hypervisor_synced) = oneshot::channel();
+        let tasks: Vec<futures::future::BoxFuture<'static, ()>> = vec![
             feed(
                 watch::namespaced::<Provider>(client, settings),
                 watch::unfiltered(),
@@ -178,39 +221,48 @@ impl Context {
                 watch::unfiltered(),
                 w.images,
             ),
-            feed(
+            Box::pin(feed::run(
                 watch::namespaced::<VSphereMachine>(client, settings),
                 namespaced_filtered.clone(),
-                w.vsphere,
-            ),
-            feed(
+                w.vsphere.0,
+                w.vsphere.1,
+                synced_vsphere,
+            )),
+            Box::pin(feed::run(
                 watch::namespaced::<ProxmoxMachine>(client, settings),
                 namespaced_filtered.clone(),
-                w.proxmox,
-            ),
-            feed(
+                w.proxmox.0,
+                w.proxmox.1,
+                synced_proxmox,
+            )),
+            Box::pin(feed::run(
                 watch::namespaced::<LibvirtMachine>(client, settings),
                 namespaced_filtered.clone(),
-                w.libvirt,
-            ),
-            feed(
+                w.libvirt.0,
+                w.libvirt.1,
+                synced_libvirt,
+            )),
+            Box::pin(feed::run(
                 watch::namespaced::<CloudHypervisorMachine>(client, settings),
                 namespaced_filtered,
-                w.cloud_hypervisor,
-            ),
+                w.cloud_hypervisor.0,
+                w.cloud_hypervisor.1,
+                synced_cloud_hypervisor,
+            )),
         ];
-        // Nothing else waits on these stores: kube's ready signal wakes only one waiter
-        // per store, so the controllers' own stores must not be waited on here.
+        // kube's ready signal wakes only one waiter per store: the stores no controller
+        // waits on are waited on here; the infra machine kinds' controllers wait on
+        // theirs, so their feeds say when they have listed.
         let stores = self.stores.clone();
         let readiness = self.readiness.clone();
         tokio::spawn(async move {
             let _ = stores.providers.wait_until_ready().await;
             let _ = stores.classes.wait_until_ready().await;
             let _ = stores.images.wait_until_ready().await;
-            let _ = stores.vsphere.wait_until_ready().await;
-            let _ = stores.proxmox.wait_until_ready().await;
-            let _ = stores.libvirt.wait_until_ready().await;
-            let _ = stores.cloud_hypervisor.wait_until_ready().await;
+            let _ = vsphere_synced.await;
+            let _ = proxmox_synced.await;
+            let _ = libvirt_synced.await;
+            let _ = cloud_hypervisor_synced.await;
             readiness.synced();
         });
         tokio::select! {

@@ -9,9 +9,11 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use super::context::Context;
+use crate::api::Provider;
 use crate::api::common::TypedLocalObjectReference;
 use crate::api::infra::MachineStatus;
-use crate::build::PROVIDER_LABEL;
+use crate::api::virtual_machine::ScheduledPlacement;
+use crate::build::{FAILURE_DOMAIN_ANNOTATION, PROVIDER_LABEL};
 use crate::contract::{InfraMachine, InfraMachineKind, InfraMachineRead};
 
 /// Field manager of the infra machines the VM controller builds.
@@ -23,6 +25,8 @@ pub(crate) struct Existing {
     pub kind: InfraMachineKind,
     pub name: String,
     pub provider: Option<String>,
+    /// The `banlieue.io/failure-domain` annotation: where it was placed.
+    pub failure_domain: Option<String>,
     pub deleting: bool,
     pub provider_id: Option<String>,
     pub status: Option<MachineStatus>,
@@ -38,6 +42,15 @@ impl Existing {
             kind: self.kind.kind().into(),
             name: self.name.clone(),
         }
+    }
+
+    /// The placement this machine records (see [`crate::scheduling::placement_of_machine`]).
+    pub fn placement(&self, providers: &[Provider]) -> Option<ScheduledPlacement> {
+        crate::scheduling::placement_of_machine(
+            providers,
+            self.provider.as_deref()?,
+            self.failure_domain.as_deref(),
+        )
     }
 
     /// True when `built` would change nothing we own.
@@ -69,6 +82,7 @@ where
         kind: K::KIND,
         name: object.name_any(),
         provider: object.labels().get(PROVIDER_LABEL).cloned(),
+        failure_domain: object.annotations().get(FAILURE_DOMAIN_ANNOTATION).cloned(),
         deleting: object.meta().deletion_timestamp.is_some(),
         provider_id: object.provider_id().map(str::to_owned),
         status: object.machine_status().cloned(),
@@ -140,14 +154,16 @@ pub(crate) async fn delete(
     }
 }
 
-/// Whether any infra machine of this VM exists, asking the API server (not the cache).
+/// Whether an infra machine of this VM, of one of `kinds`, exists, asking the API
+/// server (not the cache).
 pub(crate) async fn exists_live(
     ctx: &Context,
     namespace: &str,
     name: &str,
     uid: &str,
+    kinds: &[InfraMachineKind],
 ) -> Result<bool, kube::Error> {
-    for kind in InfraMachineKind::ALL {
+    for &kind in kinds {
         if let Some(object) = api(ctx, kind, namespace).get_opt(name).await?
             && object.owner_references().iter().any(|o| o.uid == uid)
         {

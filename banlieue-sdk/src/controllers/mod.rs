@@ -29,6 +29,7 @@ mod capi;
 mod cluster;
 mod context;
 mod events;
+mod feed;
 mod image;
 mod infra;
 mod machine;
@@ -38,6 +39,7 @@ mod provider;
 mod template;
 mod virtual_machine;
 mod watch;
+mod written;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,7 +50,6 @@ use futures::future::join_all;
 use kube::Client;
 
 use crate::backend::BackendRegistry;
-use crate::contract::InfraMachineKind;
 
 pub use metrics::Metrics;
 /// The Prometheus registry [`Metrics::new`] registers into.
@@ -144,7 +145,7 @@ pub async fn run(
         capi_installed,
         "Cluster API cluster.x-k8s.io/v1beta2 served"
     );
-    let ctx = context::Context::new(
+    let (ctx, feeds) = context::Context::new(
         client,
         registry,
         settings,
@@ -156,27 +157,44 @@ pub async fn run(
     let mut tasks: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
         Box::pin(ctx.clone().start_stores(shutdown.clone())),
         Box::pin(provider::run(ctx.clone(), shutdown.clone())),
-        Box::pin(virtual_machine::run(ctx.clone(), shutdown.clone())),
+        Box::pin(virtual_machine::run(
+            ctx.clone(),
+            virtual_machine::Owned {
+                vsphere: feeds.vsphere.owner,
+                proxmox: feeds.proxmox.owner,
+                libvirt: feeds.libvirt.owner,
+                cloud_hypervisor: feeds.cloud_hypervisor.owner,
+            },
+            shutdown.clone(),
+        )),
         Box::pin(image::run(ctx.clone(), shutdown.clone())),
     ];
-    for kind in InfraMachineKind::ALL {
-        tasks.push(match kind {
-            InfraMachineKind::VSphere => Box::pin(machine::run::<
-                crate::api::infra::vsphere::VSphereMachine,
-            >(ctx.clone(), shutdown.clone())),
-            InfraMachineKind::Proxmox => Box::pin(machine::run::<
-                crate::api::infra::proxmox::ProxmoxMachine,
-            >(ctx.clone(), shutdown.clone())),
-            InfraMachineKind::Libvirt => Box::pin(machine::run::<
-                crate::api::infra::libvirt::LibvirtMachine,
-            >(ctx.clone(), shutdown.clone())),
-            InfraMachineKind::CloudHypervisor => {
-                Box::pin(machine::run::<
-                    crate::api::infra::cloud_hypervisor::CloudHypervisorMachine,
-                >(ctx.clone(), shutdown.clone()))
-            }
-        });
-    }
+    // Every infra machine kind, on its shared watch (see `feed`).
+    let stores = ctx.stores.clone();
+    tasks.push(Box::pin(machine::run(
+        ctx.clone(),
+        feeds.vsphere.controller,
+        stores.vsphere,
+        shutdown.clone(),
+    )));
+    tasks.push(Box::pin(machine::run(
+        ctx.clone(),
+        feeds.proxmox.controller,
+        stores.proxmox,
+        shutdown.clone(),
+    )));
+    tasks.push(Box::pin(machine::run(
+        ctx.clone(),
+        feeds.libvirt.controller,
+        stores.libvirt,
+        shutdown.clone(),
+    )));
+    tasks.push(Box::pin(machine::run(
+        ctx.clone(),
+        feeds.cloud_hypervisor.controller,
+        stores.cloud_hypervisor,
+        shutdown.clone(),
+    )));
     {
         use crate::api::infra::{cloud_hypervisor as ch, libvirt, proxmox, vsphere};
         tasks.push(Box::pin(cluster::run::<vsphere::VSphereCluster>(

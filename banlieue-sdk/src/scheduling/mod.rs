@@ -197,6 +197,36 @@ pub fn schedule(input: &Input<'_>) -> Decision {
     }
 }
 
+/// The placement an existing infra machine records: on `provider`, in
+/// `failure_domain` (its `banlieue.io/failure-domain` annotation), with the topology
+/// that failure domain has now.
+///
+/// The VirtualMachine's status is written once its infra machine reports, so after a
+/// restart the infra machine may be the only record of where a VM was placed; reading
+/// it back keeps the VM where it is instead of scheduling it anew (which could move it).
+/// `None` when the Provider does not exist any more.
+pub fn placement_of_machine(
+    providers: &[Provider],
+    provider: &str,
+    failure_domain: Option<&str>,
+) -> Option<ScheduledPlacement> {
+    let found = providers
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(provider))?;
+    let topology = domains_of(found)
+        .into_iter()
+        .find(|(domain, _)| domain.map(|d| d.name.as_str()) == failure_domain)
+        .map(|(_, topology)| topology)
+        .unwrap_or_default();
+    Some(ScheduledPlacement {
+        provider: provider.to_owned(),
+        provider_class: Some(found.spec.class),
+        failure_domain: failure_domain.map(str::to_owned),
+        topology,
+        scheduled_at: None,
+    })
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Score {
     preferred_conflicts: usize,

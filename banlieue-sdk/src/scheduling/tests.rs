@@ -316,6 +316,48 @@ fn placement_is_sticky_until_it_stops_matching() {
     ));
 }
 
+#[test]
+fn a_placement_read_back_from_its_machine_is_kept() {
+    let providers = [sim("p1"), sim("p2")];
+    let placement = Placement {
+        provider_ref: Some(LocalObjectReference::new("p2")),
+        ..Default::default()
+    };
+    let target = target_of(decide(&vm("v", placement.clone()), &providers, &[]));
+    let recovered = placement_of_machine(&providers, "p2", target.failure_domain.as_deref())
+        .expect("p2 exists");
+    assert_eq!(
+        recovered,
+        target.to_status(None),
+        "same topology as decided"
+    );
+    // The recovered placement keeps the VM where its machine is, even when the
+    // scheduler would now choose the other domain.
+    let siblings = [placed(vm("other", placement.clone()), &target)];
+    let (class, image) = (class(), image());
+    let siblings: Vec<Sibling<'_>> = siblings.iter().map(Sibling::of).collect();
+    let fresh = vm("v", placement);
+    let input = |current| Input {
+        vm: &fresh,
+        class: &class,
+        image: &image,
+        providers: &providers,
+        current,
+        siblings: &siblings,
+    };
+    assert_eq!(schedule(&input(Some(&recovered))), Decision::Keep);
+    assert_ne!(
+        target_of(schedule(&input(None))).failure_domain,
+        target.failure_domain,
+        "without it, spreading would move the VM"
+    );
+    // A machine on a failure domain the Provider no longer lists keeps no topology
+    // beyond what it names; a vanished Provider gives nothing.
+    let gone = placement_of_machine(&providers, "p1", Some("zz")).expect("p1 exists");
+    assert!(gone.topology.is_empty());
+    assert_eq!(placement_of_machine(&providers, "p9", None), None);
+}
+
 fn arb_providers() -> impl Strategy<Value = Vec<Provider>> {
     proptest::collection::vec((0u8..4, any::<bool>(), 0usize..3), 1..5).prop_map(|specs| {
         specs

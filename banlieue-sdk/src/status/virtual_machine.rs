@@ -222,6 +222,24 @@ fn mirror_infra(
     })
 }
 
+/// Whether the status `input` leads to is worth a write.
+///
+/// A VM without a status yet that is placed and whose infra machine has not reported
+/// would only get a status saying where it was scheduled, which the `Scheduled` Event
+/// already says. Its first write waits for the infra machine's first report: with a
+/// fast backend that report is already Ready, so the VM's status is written once
+/// instead of three or four times (the scale benchmark counted 4.45 writes per VM).
+/// Anything else (not schedulable, waiting for a Secret, moving, a status to update)
+/// is written at once.
+pub fn worth_writing(previous: Option<&VirtualMachineStatus>, input: &Input<'_>) -> bool {
+    let quiet_progress = matches!(input.scheduling, Scheduling::Placed(_))
+        && input.migration.is_none()
+        && input.waiting.is_none()
+        && !input.deleting
+        && input.infra.is_none_or(|infra| infra.status.is_none());
+    previous.is_some() || !quiet_progress
+}
+
 fn phase(status: &VirtualMachineStatus, input: &Input<'_>, scheduled: bool) -> VirtualMachinePhase {
     let infra_reason =
         conditions::get(&status.conditions, types::INFRASTRUCTURE_READY).map(|c| c.reason.as_str());
@@ -377,5 +395,92 @@ mod tests {
                 .status,
             "False"
         );
+    }
+
+    #[test]
+    fn the_first_write_waits_for_the_infra_machines_first_report() {
+        let p = placement();
+        let r = reference();
+        let m = machine_ready();
+        let placed = Input {
+            generation: Some(1),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Placed(&p),
+            infra: None,
+            migration: None,
+            waiting: None,
+            deleting: false,
+        };
+        let built = Input {
+            infra: Some(Infra {
+                reference: &r,
+                provider_id: Some("libvirt://x"),
+                status: None,
+            }),
+            ..placed
+        };
+        let reported = Input {
+            infra: Some(Infra {
+                status: Some(&m),
+                ..built.infra.unwrap()
+            }),
+            ..placed
+        };
+        let table: [(&str, Option<&VirtualMachineStatus>, Input<'_>, bool); 8] = [
+            ("placed, no machine yet", None, placed, false),
+            ("machine built, not reported", None, built, false),
+            ("machine reported", None, reported, true),
+            (
+                "unschedulable",
+                None,
+                Input {
+                    scheduling: Scheduling::Unschedulable {
+                        reason: "ClassNotFound",
+                        message: "m",
+                    },
+                    ..placed
+                },
+                true,
+            ),
+            (
+                "waiting for a Secret",
+                None,
+                Input {
+                    waiting: Some(("BootstrapDataNotFound", "m")),
+                    ..placed
+                },
+                true,
+            ),
+            (
+                "moving",
+                None,
+                Input {
+                    migration: Some(Migration {
+                        reason: "RemovingOldMachine",
+                        message: "m",
+                    }),
+                    ..placed
+                },
+                true,
+            ),
+            (
+                "deleting",
+                None,
+                Input {
+                    deleting: true,
+                    ..placed
+                },
+                true,
+            ),
+            (
+                "a status to update",
+                Some(&VirtualMachineStatus::default()),
+                built,
+                true,
+            ),
+        ];
+        for (case, previous, input, want) in table {
+            assert_eq!(worth_writing(previous, &input), want, "{case}");
+        }
     }
 }

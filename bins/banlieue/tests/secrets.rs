@@ -264,7 +264,7 @@ async fn no_credential_or_bootstrap_data_reaches_logs_events_or_objects() {
         secrets.len()
     );
     assert!(log.lines().count() > 100, "debug logging wrote little");
-    assert!(events.contains("Ready"), "the operator recorded Events");
+    assert!(events.contains("Scheduled"), "the operator recorded Events");
     let mut leaks = Vec::new();
     for (place, text) in [
         ("the operator's log", &log),

@@ -94,6 +94,11 @@ struct Args {
     /// Only regenerate the report from saved results.
     #[arg(long)]
     report_only: bool,
+
+    /// Audit level: `Metadata`, or `Request` to see each write's body when studying
+    /// where writes come from (the counts are the same).
+    #[arg(long, default_value = "Metadata")]
+    audit_level: String,
 }
 
 /// Parses `300`, `300s`, `5m`, `1h` or `1500ms`.
@@ -182,7 +187,7 @@ async fn run_size(args: &Args, n: usize) -> anyhow::Result<SizeResult> {
         .tempdir()?;
     let policy = scratch.path().join("audit-policy.yaml");
     let audit_log = scratch.path().join("audit.log");
-    std::fs::write(&policy, measure::AUDIT_POLICY)?;
+    std::fs::write(&policy, measure::audit_policy(&args.audit_level))?;
     let mut config = ControlPlaneConfig::from_env().crds(banlieue_sdk::crds::all());
     for flag in measure::audit_flags(&policy, &audit_log)
         .into_iter()

@@ -20,13 +20,18 @@ use serde::{Deserialize, Serialize};
 /// `User-Agent` of the benchmark's own client, to tell its requests from the operator's.
 pub const BENCH_USER_AGENT: &str = "banlieue-bench";
 
-/// The audit policy: every request, metadata only, without the `RequestReceived` stage.
-pub const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+/// The audit policy: every request at `level` (`Metadata` unless studying request
+/// bodies), without the `RequestReceived` stage.
+pub fn audit_policy(level: &str) -> String {
+    format!(
+        "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
-  - level: Metadata
-";
+  - level: {level}
+"
+    )
+}
 
 /// The apiserver flags that enable the audit log (`policy` and `log` are paths).
 pub fn audit_flags(policy: &Path, log: &Path) -> Vec<String> {

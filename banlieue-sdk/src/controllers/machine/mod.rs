@@ -18,10 +18,12 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer;
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::Store;
 use serde_json::json;
 
 mod capi;
@@ -29,6 +31,7 @@ mod ipam;
 
 use super::MACHINE_FINALIZER;
 use super::context::{Context, key_of};
+use super::feed::Subscription;
 use super::watch;
 use crate::api::Provider;
 use crate::api::common::BootstrapFormat;
@@ -70,12 +73,15 @@ fn name<K: Machine>() -> String {
     K::kind(&()).to_lowercase()
 }
 
+/// Runs the controller of kind `K` on the shared watch's `feed` and `store`.
 pub(crate) async fn run<K: Machine>(
     ctx: Arc<Context>,
+    feed: Subscription<K>,
+    store: Store<K>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let api = watch::namespaced::<K>(&ctx.client, &ctx.settings);
-    let controller = watch::controller(api, watch::filtered(&ctx.settings))
+    let controller = Controller::for_stream(feed.into_stream(), store)
+        .trigger_backoff(watch::backoff())
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.machine));
     let machines = controller.store();
     let controller = if ctx.capi_installed {
@@ -321,12 +327,17 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
     let reported = placement.as_ref().and_then(|p| p.reported.as_deref());
     match backend.ensure(&request).await {
         Ok(observation) => {
-            if let Some(id) = &observation.provider_id
-                && machine.provider_id() != Some(id.as_str())
-            {
-                set_provider_id(machine, ctx, id).await?;
-            }
-            write_status(machine, ctx, Outcome::Observed(&observation), reported).await?;
+            // The providerID patch bumps the generation: the status is computed from the
+            // object it returns, or it would carry the old observedGeneration and need a
+            // second write once the cache catches up.
+            let patched = match &observation.provider_id {
+                Some(id) if machine.provider_id() != Some(id.as_str()) => {
+                    Some(set_provider_id(machine, ctx, id).await?)
+                }
+                _ => None,
+            };
+            let current = patched.as_ref().unwrap_or(machine);
+            write_status(current, ctx, Outcome::Observed(&observation), reported).await?;
             ctx.succeeded(&key_of(machine));
             Ok(match &observation.pending {
                 Some(pending) => Action::requeue(pending.retry_after),
@@ -396,6 +407,9 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
     {
         Deletion::Gone => {
             ipam::release(machine, ctx).await?;
+            ctx.written
+                .machines
+                .forget(&machine.uid().unwrap_or_default());
             ctx.succeeded(&key_of(machine));
             Ok(Action::await_change())
         }
@@ -431,25 +445,21 @@ async fn read_bootstrap<K: Machine>(
     }))
 }
 
-async fn set_provider_id<K: Machine>(machine: &K, ctx: &Context, id: &str) -> Result<(), Error> {
+/// Sets `spec.providerID` and returns the machine as the API server now has it.
+async fn set_provider_id<K: Machine>(machine: &K, ctx: &Context, id: &str) -> Result<K, Error> {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
     let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "spec": {"providerID": id}});
-    api.patch(
-        &machine.name_any(),
-        &PatchParams::apply(FIELD_MANAGER),
-        &Patch::Apply(&patch),
-    )
-    .await?;
+    let mut patched = api
+        .patch(
+            &machine.name_any(),
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(&patch),
+        )
+        .await?;
     ctx.metrics.wrote(&name::<K>());
-    ctx.event(
-        machine,
-        EventType::Normal,
-        "Provisioned",
-        "Ensure",
-        format!("backend machine {id}"),
-    )
-    .await;
-    Ok(())
+    tracing::debug!(machine = %key_of(machine), provider_id = %id, "provisioned");
+    patched.meta_mut().managed_fields = None;
+    Ok(patched)
 }
 
 /// Writes the status `outcome` leads to, if it changed. `reported_failure_domain`
@@ -462,8 +472,14 @@ async fn write_status<K: Machine>(
     reported_failure_domain: Option<&str>,
 ) -> Result<(), Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let mut status = compute(
+    let uid = machine.uid().unwrap_or_default();
+    let previous = ctx.written.machines.latest(
+        &uid,
+        machine.resource_version().as_deref(),
         machine.machine_status(),
+    );
+    let mut status = compute(
+        previous.as_ref(),
         machine.desired_power_state(),
         machine.meta().generation,
         outcome,
@@ -472,18 +488,22 @@ async fn write_status<K: Machine>(
     if let Some(name) = reported_failure_domain {
         status.failure_domain = Some(name.to_owned());
     }
-    if machine.machine_status() == Some(&status) {
+    if previous.as_ref() == Some(&status) {
         return Ok(());
     }
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
     let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
-    api.patch_status(
-        &machine.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
+    let written = api
+        .patch_status(
+            &machine.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
     ctx.metrics.wrote(&name::<K>());
+    ctx.written
+        .machines
+        .remember(&uid, written.resource_version(), status);
     Ok(())
 }
 

@@ -1,0 +1,152 @@
+//! Shared watches: one watch and one cache per kind, fanned out to the controllers that
+//! react to it.
+//!
+//! Infra machines are read by three parties: their own controller, the VirtualMachine
+//! controller (which owns them) and every reconciler that looks one up by name. With a
+//! watch each, every change was decoded three times and cached twice, and the
+//! VirtualMachine controller was woken by one watch while reading another: it could
+//! see the event before the cache it reads had it, and then apply or delete the
+//! machine a second time (the scale benchmark counted a fifth of a write per VM).
+//! Here a subscriber is sent an object only after the store holds it.
+//!
+//! kube-runtime's own shared streams (`unstable-runtime-subscribe`) do not pass deletions
+//! on, which an owner needs to hear of, so this is a few lines of our own (ADR 0012).
+
+use futures::{Stream, StreamExt};
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, oneshot};
+
+/// How many objects a subscriber may lag behind before the watch waits for it.
+const BUFFER: usize = 1024;
+
+/// What a subscriber hears about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hears {
+    /// Objects listed, added and changed (a controller of the kind itself).
+    Applied,
+    /// Deletions too (an owner's controller, woken when its child is gone).
+    Touched,
+}
+
+/// The sending end a shared watch keeps for one subscriber.
+pub(crate) struct Subscriber<K> {
+    hears: Hears,
+    sender: mpsc::Sender<K>,
+}
+
+/// A subscription: the receiving end, as a controller trigger stream.
+pub(crate) struct Subscription<K> {
+    receiver: mpsc::Receiver<K>,
+}
+
+/// A new subscriber and its subscription.
+pub(crate) fn subscribe<K>(hears: Hears) -> (Subscriber<K>, Subscription<K>) {
+    let (sender, receiver) = mpsc::channel(BUFFER);
+    (Subscriber { hears, sender }, Subscription { receiver })
+}
+
+impl<K: Send + 'static> Subscription<K> {
+    /// The objects, in the shape kube's `Controller::for_stream` and `owns_stream` take.
+    pub fn into_stream(self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        futures::stream::unfold(self.receiver, |mut receiver| async move {
+            receiver.recv().await.map(|object| (Ok(object), receiver))
+        })
+    }
+}
+
+/// Watches `api`, keeps `writer`'s store without `managedFields`, and passes every
+/// object on to `subscribers` once the store has it. `synced` is told when the first
+/// list is in the store. Runs until the watch ends (never, on its own: errors back off
+/// and retry). A subscriber that went away is skipped.
+///
+/// `synced` exists because the store's own `wait_until_ready` wakes only one waiter
+/// (kube-runtime keeps one waker), and the kind's controller already waits on it.
+pub(crate) async fn run<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+    subscribers: Vec<Subscriber<K>>,
+    synced: oneshot::Sender<()>,
+) where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let subscribers = &subscribers;
+    let synced = &std::sync::Mutex::new(Some(synced));
+    watcher(api, config)
+        .backoff(super::watch::backoff())
+        .modify(super::watch::strip_managed_fields)
+        .reflect(writer)
+        .for_each(|event| async move {
+            let (object, deleted) = match event {
+                Ok(Event::Apply(object) | Event::InitApply(object)) => (object, false),
+                Ok(Event::Delete(object)) => (object, true),
+                Ok(Event::InitDone) => {
+                    if let Some(synced) = synced.lock().ok().and_then(|mut s| s.take()) {
+                        let _ = synced.send(());
+                    }
+                    return;
+                }
+                Ok(Event::Init) => return,
+                Err(error) => {
+                    tracing::warn!(%error, kind = %K::kind(&()), "watch error");
+                    return;
+                }
+            };
+            for subscriber in subscribers {
+                if deleted && subscriber.hears == Hears::Applied {
+                    continue;
+                }
+                if subscriber.sender.send(object.clone()).await.is_err() {
+                    tracing::debug!(kind = %K::kind(&()), name = %object.name_any(), "subscriber gone");
+                }
+            }
+        })
+        .await;
+}
+
+/// The two subscriptions to one infra machine kind's shared watch.
+pub(crate) struct MachineFeeds<K> {
+    /// For the kind's own controller.
+    pub controller: Subscription<K>,
+    /// For the VirtualMachine controller, which owns them.
+    pub owner: Subscription<K>,
+}
+
+/// The subscribers of one infra machine kind's shared watch, and their subscriptions.
+pub(crate) fn machine_feeds<K>() -> (Vec<Subscriber<K>>, MachineFeeds<K>) {
+    let (to_controller, controller) = subscribe(Hears::Applied);
+    let (to_owner, owner) = subscribe(Hears::Touched);
+    (
+        vec![to_controller, to_owner],
+        MachineFeeds { controller, owner },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn subscriptions_end_when_the_watch_drops_its_senders() {
+        let (subscriber, subscription) = subscribe::<String>(Hears::Touched);
+        subscriber.sender.send("a".into()).await.unwrap();
+        drop(subscriber);
+        let seen: Vec<_> = subscription
+            .into_stream()
+            .map(|r| r.expect("no errors"))
+            .collect()
+            .await;
+        assert_eq!(seen, vec!["a".to_owned()]);
+    }
+}
