@@ -316,20 +316,11 @@ fn fxhash(s: &str) -> u64 {
     })
 }
 
-fn feed<K>(
+fn feed<K: watch::Watched>(
     api: Api<K>,
     config: watcher::Config,
     writer: reflector::store::Writer<K>,
-) -> futures::future::BoxFuture<'static, ()>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+) -> futures::future::BoxFuture<'static, ()> {
     Box::pin(async move {
         watcher(api, config)
             .backoff(super::watch::backoff())

@@ -17,8 +17,9 @@ use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::{self, Event, watcher};
-use kube::{Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::ResourceExt;
+
+use super::watch::Watched;
 use tokio::sync::{mpsc, oneshot};
 
 /// How many objects a subscriber may lag behind before the watch waits for it.
@@ -66,21 +67,13 @@ impl<K: Send + 'static> Subscription<K> {
 ///
 /// `synced` exists because the store's own `wait_until_ready` wakes only one waiter
 /// (kube-runtime keeps one waker), and the kind's controller already waits on it.
-pub(crate) async fn run<K>(
+pub(crate) async fn run<K: Watched>(
     api: Api<K>,
     config: watcher::Config,
     writer: Writer<K>,
     subscribers: Vec<Subscriber<K>>,
     synced: oneshot::Sender<()>,
-) where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+) {
     let subscribers = &subscribers;
     let synced = &std::sync::Mutex::new(Some(synced));
     watcher(api, config)

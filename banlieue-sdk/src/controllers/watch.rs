@@ -64,6 +64,23 @@ pub(crate) fn backoff() -> impl Backoff + 'static {
     ResetTimerBackoff::new(ExponentialBackoff::from(builder), Duration::from_secs(15))
 }
 
+/// What a watch, its cache and a controller need of a kind.
+pub(crate) trait Watched:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A controller for `api`'s objects whose cache holds them without `managedFields`.
 ///
 /// Objects applied with server-side apply carry their field managers' sets, which the
@@ -71,16 +88,7 @@ pub(crate) fn backoff() -> impl Backoff + 'static {
 /// nothing in banlieue reads them from a cache. `Controller::new` offers no hook into
 /// its watch, so this builds the reflector itself (ADR 0011). Watch errors back off
 /// with [`backoff`].
-pub(crate) fn controller<K>(api: Api<K>, config: watcher::Config) -> Controller<K>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+pub(crate) fn controller<K: Watched>(api: Api<K>, config: watcher::Config) -> Controller<K> {
     let (reader, writer) = reflector::store();
     let objects = watcher(api, config)
         .modify(strip_managed_fields)
