@@ -13,11 +13,11 @@
 //! on, which an owner needs to hear of, so this is a few lines of our own (ADR 0012).
 
 use futures::{Stream, StreamExt};
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::{self, Event, watcher};
-use kube::ResourceExt;
 
 use super::watch::Watched;
 use tokio::sync::{mpsc, oneshot};
