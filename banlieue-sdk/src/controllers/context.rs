@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 
 use super::backends::BackendCache;
 use super::feed::{self, MachineFeeds, Subscriber, machine_feeds};
+use super::placements::Placements;
 use super::written::Written;
 use super::{Metrics, Readiness, Settings, watch};
 use crate::api::infra::MachineStatus;
@@ -22,7 +23,7 @@ use crate::api::infra::{
     cloud_hypervisor::CloudHypervisorMachine, libvirt::LibvirtMachine, proxmox::ProxmoxMachine,
     vsphere::VSphereMachine,
 };
-use crate::api::virtual_machine::{ScheduledPlacement, VirtualMachineStatus};
+use crate::api::virtual_machine::VirtualMachineStatus;
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
 use crate::backend::BackendRegistry;
 
@@ -108,8 +109,9 @@ pub(crate) struct Context {
     pub stores: Stores,
     /// The VirtualMachine controller's own cache (siblings for anti-affinity and spread).
     pub vms: OnceLock<Store<VirtualMachine>>,
-    /// Placements decided, by VM uid: the scheduler's memory until the cache catches up.
-    pub placements: Mutex<HashMap<String, ScheduledPlacement>>,
+    /// The scheduler's memory: placements decided until the cache catches up, and
+    /// spread counts.
+    pub placements: Mutex<Placements>,
     /// Whether Cluster API's `cluster.x-k8s.io/v1beta2` was served at start-up (then
     /// its Machines and Clusters are watched).
     pub capi_installed: bool,
@@ -172,7 +174,7 @@ impl Context {
                 cloud_hypervisor,
             },
             vms: OnceLock::new(),
-            placements: Mutex::new(HashMap::new()),
+            placements: Mutex::new(Placements::default()),
             capi_installed,
             capi_placements: Mutex::new(HashMap::new()),
             written: WrittenStatuses::default(),

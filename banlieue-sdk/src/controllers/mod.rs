@@ -35,6 +35,7 @@ mod infra;
 mod machine;
 mod metrics;
 mod object;
+mod placements;
 mod provider;
 mod template;
 mod virtual_machine;

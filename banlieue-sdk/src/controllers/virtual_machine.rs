@@ -411,49 +411,59 @@ fn decide(
     recorded: Option<&ScheduledPlacement>,
 ) -> Result<Target, (&'static str, String)> {
     let uid = vm.uid().unwrap_or_default();
-    let mut ledger = ctx.placements.lock().expect("placement ledger");
+    let namespace = vm.metadata.namespace.as_deref().unwrap_or_default();
+    let mut book = ctx.placements.lock().expect("placement ledger");
     let in_status = vm.status.as_ref().and_then(|s| s.placement.as_ref());
     if in_status.is_some() {
         // The cache shows the decision now; the ledger need not hold it any more.
-        ledger.remove(&uid);
+        book.forget(&uid);
     }
-    let current = in_status.or_else(|| ledger.get(&uid)).or(recorded);
-    let input = |siblings: &'_ [Sibling<'_>]| -> Decision {
-        scheduling::schedule(&scheduling::Input {
-            vm,
-            class,
-            image,
-            providers,
-            current,
-            siblings,
-        })
+    let current = in_status
+        .or_else(|| book.decided(&uid))
+        .or(recorded)
+        .cloned();
+    let mut input = scheduling::Input {
+        vm,
+        class,
+        image,
+        providers,
+        current: current.as_ref(),
+        siblings: &[],
+        loads: None,
     };
-    // Siblings matter only for a VM that must be (re)placed: try the sticky answer first.
-    let decision = match input(&[]) {
+    // Siblings and spread counts matter only for a VM that must be (re)placed; the
+    // counts are kept, and siblings are gathered only for anti-affinity (a scan of
+    // the namespace's VMs).
+    let decision = match scheduling::schedule(&input) {
         Decision::Keep => Decision::Keep,
         _ => {
-            let everyone = ctx.vms.get().map(|s| s.state()).unwrap_or_default();
+            let cached = || ctx.vms.get().map(|s| s.state()).unwrap_or_default();
+            let loads = book.loads(namespace, cached).clone();
+            let everyone = if vm.spec.placement.anti_affinity.is_empty() {
+                Vec::new()
+            } else {
+                cached()
+            };
             let siblings: Vec<Sibling<'_>> = everyone
                 .iter()
-                .filter(|v| v.namespace() == vm.namespace())
-                .map(|v| {
-                    let mut sibling = Sibling::of(v);
-                    if sibling.placement.is_none() {
-                        sibling.placement = v.uid().and_then(|uid| ledger.get(&uid));
-                    }
-                    sibling
+                .filter(|v| v.metadata.namespace == vm.metadata.namespace)
+                .map(|v| Sibling {
+                    placement: book.placed(v),
+                    ..Sibling::of(v)
                 })
                 .collect();
-            input(&siblings)
+            input.siblings = &siblings;
+            input.loads = Some(&loads);
+            scheduling::schedule(&input)
         }
     };
     match decision {
-        Decision::Keep => current.map(target_of).ok_or((
+        Decision::Keep => current.as_ref().map(target_of).ok_or((
             "NoFeasibleProvider",
             "no current placement to keep".to_owned(),
         )),
         Decision::Place(target) => {
-            ledger.insert(uid, target.to_status(None));
+            book.decide(namespace, uid, target.to_status(None));
             Ok(target)
         }
         Decision::Unschedulable { reason, message } => Err((reason, message)),
@@ -478,7 +488,7 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         .placements
         .lock()
         .expect("placement ledger")
-        .remove(&uid);
+        .forget(&uid);
     let existing = infra::find(ctx, &namespace, &vm.name_any(), &uid);
     let mut remaining = false;
     for kind in crate::contract::InfraMachineKind::ALL {

@@ -157,6 +157,7 @@ fn decide(vm: &VirtualMachine, providers: &[Provider], siblings: &[VirtualMachin
         providers,
         current: vm.status.as_ref().and_then(|s| s.placement.as_ref()),
         siblings: &siblings,
+        loads: None,
     })
 }
 
@@ -344,6 +345,7 @@ fn a_placement_read_back_from_its_machine_is_kept() {
         providers: &providers,
         current,
         siblings: &siblings,
+        loads: None,
     };
     assert_eq!(schedule(&input(Some(&recovered))), Decision::Keep);
     assert_ne!(
@@ -403,5 +405,78 @@ proptest! {
                 siblings.push(placed_vm);
             }
         }
+    }
+}
+
+#[test]
+fn loads_count_placed_siblings_but_the_vm_itself() {
+    let target = |fd: &str| Target {
+        provider: "p1".into(),
+        class: ProviderClass::Sim,
+        failure_domain: Some(fd.into()),
+        topology: BTreeMap::new(),
+    };
+    let vms = [
+        placed(vm("a", Placement::default()), &target("a")),
+        placed(vm("b", Placement::default()), &target("a")),
+        placed(vm("me", Placement::default()), &target("b")),
+        vm("unplaced", Placement::default()),
+    ];
+    let siblings: Vec<Sibling<'_>> = vms.iter().map(Sibling::of).collect();
+    let loads = Loads::of(&siblings, "me");
+    assert_eq!(loads.get("p1", Some("a")), 2);
+    assert_eq!(loads.get("p1", Some("b")), 0);
+    assert_eq!(loads.get("p1", None), 0);
+    assert_eq!(loads.get("p2", Some("a")), 0);
+}
+
+proptest! {
+    /// Spread read from counts kept apart (siblings passed only for anti-affinity, as
+    /// the VM controller does) decides exactly as counting the siblings themselves.
+    #[test]
+    fn counted_loads_decide_as_siblings_do(
+        providers in arb_providers(),
+        placed_on in proptest::collection::vec((0usize..5, 0usize..3), 0..8),
+        region in 0u8..5,
+        shy in proptest::option::of(any::<bool>()),
+    ) {
+        let placement = Placement {
+            provider_selector: (region < 4).then(|| LabelSelector {
+                match_labels: Some(labels(&[("region", ["east", "west", "north", "south"][region as usize])])),
+                ..Default::default()
+            }),
+            anti_affinity: shy.map(|required| AntiAffinityTerm {
+                label_selector: LabelSelector::default(),
+                topology_key: "zone".into(),
+                mode: if required { AffinityMode::Required } else { AffinityMode::Preferred },
+            }).into_iter().collect(),
+            ..Default::default()
+        };
+        // Siblings placed anywhere, feasible or not.
+        let siblings: Vec<VirtualMachine> = placed_on
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &(p, d))| {
+                let provider = providers.get(p % providers.len())?;
+                let (domain, topology) = domains_of(provider).into_iter().nth(d)?;
+                let target = Target {
+                    provider: provider.metadata.name.clone().unwrap_or_default(),
+                    class: provider.spec.class,
+                    failure_domain: domain.map(|d| d.name.clone()),
+                    topology,
+                };
+                Some(placed(vm(&format!("s{i}"), placement.clone()), &target))
+            })
+            .collect();
+        let v = vm("v", placement);
+        let (class, image) = (class(), image());
+        let all: Vec<Sibling<'_>> = siblings.iter().map(Sibling::of).collect();
+        let loads = Loads::of(&all, "v");
+        let needed: &[Sibling<'_>] = if v.spec.placement.anti_affinity.is_empty() { &[] } else { &all };
+        let counted = schedule(&Input {
+            vm: &v, class: &class, image: &image, providers: &providers, current: None,
+            siblings: needed, loads: Some(&loads),
+        });
+        prop_assert_eq!(counted, decide(&v, &providers, &siblings));
     }
 }
