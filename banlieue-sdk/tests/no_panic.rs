@@ -321,6 +321,7 @@ fn chain(w: &World, unreachable: (String, String)) -> Stage {
     let _ = build::machine_kind(&provider);
     let providers = [provider];
     let siblings = [Sibling::of(&vm)];
+    let loads = scheduling::Loads::of(&siblings, "");
     let decision = scheduling::schedule(&scheduling::Input {
         vm: &vm,
         class: &class.spec,
@@ -328,6 +329,7 @@ fn chain(w: &World, unreachable: (String, String)) -> Stage {
         providers: &providers,
         current: None,
         siblings: &siblings,
+        loads: Some(&loads),
     });
     let target = match decision {
         Decision::Place(target) => target,

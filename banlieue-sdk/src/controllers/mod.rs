@@ -37,6 +37,7 @@ mod metrics;
 mod object;
 mod placements;
 mod provider;
+mod status_patch;
 mod template;
 mod virtual_machine;
 mod watch;

@@ -14,12 +14,12 @@ use kube::runtime::events::EventType;
 use kube::runtime::finalizer;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::bootstrap;
 use super::context::{Context, key_of};
 use super::feed::Subscription;
 use super::infra::{self, Existing};
+use super::status_patch::status_patch;
 use super::{VIRTUAL_MACHINE_FINALIZER, watch};
 use crate::api::infra::{
     cloud_hypervisor::CloudHypervisorMachine, libvirt::LibvirtMachine, proxmox::ProxmoxMachine,
@@ -587,13 +587,15 @@ async fn write_status(
     }
     let api: Api<VirtualMachine> =
         Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
-    let patch =
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "status": status});
+    let patch = status_patch(previous.as_ref(), &status);
     let written = api
         .patch_status(
             &vm.name_any(),
-            &PatchParams::apply(infra::FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
+            &PatchParams {
+                field_manager: Some(infra::FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&patch),
         )
         .await?;
     ctx.metrics.wrote(NAME);

@@ -32,6 +32,7 @@ mod ipam;
 use super::MACHINE_FINALIZER;
 use super::context::{Context, key_of};
 use super::feed::Subscription;
+use super::status_patch::status_patch;
 use super::watch;
 use crate::api::Provider;
 use crate::api::common::BootstrapFormat;
@@ -448,12 +449,15 @@ async fn read_bootstrap<K: Machine>(
 /// Sets `spec.providerID` and returns the machine as the API server now has it.
 async fn set_provider_id<K: Machine>(machine: &K, ctx: &Context, id: &str) -> Result<K, Error> {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
-    let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "spec": {"providerID": id}});
+    // A merge patch: cheaper for the API server than an apply (see `status_patch`).
     let mut patched = api
         .patch(
             &machine.name_any(),
-            &PatchParams::apply(FIELD_MANAGER),
-            &Patch::Apply(&patch),
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"spec": {"providerID": id}})),
         )
         .await?;
     ctx.metrics.wrote(&name::<K>());
@@ -492,12 +496,15 @@ async fn write_status<K: Machine>(
         return Ok(());
     }
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
-    let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
+    let patch = status_patch(previous.as_ref(), &status);
     let written = api
         .patch_status(
             &machine.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&patch),
         )
         .await?;
     ctx.metrics.wrote(&name::<K>());
