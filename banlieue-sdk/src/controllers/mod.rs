@@ -4,9 +4,9 @@
 //! kind (capacity for scale-from-zero).
 //!
 //! Each reconciler is thin: it fetches, calls the pure functions of
-//! [`crate::scheduling`], [`crate::build`] and [`crate::status`], applies with
-//! server-side apply under a named field manager, and writes status only when it
-//! changed.
+//! [`crate::scheduling`], [`crate::build`] and [`crate::status`], applies what it
+//! builds with server-side apply under a named field manager, and writes status only
+//! when it changed, as a merge patch of what changed (ADR 0013).
 //!
 //! Embedding them in another operator:
 //!

@@ -4,7 +4,7 @@
 //! of what changed says the same as a forced server-side apply of the whole status,
 //! and costs the API server less. An apply patch is parsed as YAML and merged through
 //! the schema: profiled at 10,000 VMs in the scale benchmark, each cost kube-apiserver
-//! about 1.5 times what a JSON patch did (ADR 0012).
+//! about 1.5 times what a JSON patch did (ADR 0013).
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
