@@ -64,7 +64,8 @@ impl Placements {
         &self.loads[namespace].1
     }
 
-    /// The VMs of `namespace` as their status says, or as decided when it does not yet.
+    /// Where `vm` is placed: as its status says, or as decided here when the cached
+    /// status does not show it yet.
     pub fn placed<'a>(&'a self, vm: &'a VirtualMachine) -> Option<&'a ScheduledPlacement> {
         vm.status
             .as_ref()
