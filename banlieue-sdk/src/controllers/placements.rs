@@ -67,10 +67,7 @@ impl Placements {
     /// Where `vm` is placed: as its status says, or as decided here when the cached
     /// status does not show it yet.
     pub fn placed<'a>(&'a self, vm: &'a VirtualMachine) -> Option<&'a ScheduledPlacement> {
-        vm.status
-            .as_ref()
-            .and_then(|s| s.placement.as_ref())
-            .or_else(|| vm.metadata.uid.as_deref().and_then(|uid| self.decided(uid)))
+        placement_of(&self.decided, vm)
     }
 }
 
@@ -84,16 +81,22 @@ fn count(
         .iter()
         .filter(|vm| vm.metadata.namespace.as_deref() == Some(namespace))
     {
-        let placement = vm
-            .status
-            .as_ref()
-            .and_then(|s| s.placement.as_ref())
-            .or_else(|| vm.metadata.uid.as_deref().and_then(|uid| decided.get(uid)));
-        if let Some(placement) = placement {
+        if let Some(placement) = placement_of(decided, vm) {
             loads.add(placement);
         }
     }
     loads
+}
+
+/// Where `vm` is placed: its status, else a decision the status does not show yet.
+fn placement_of<'a>(
+    decided: &'a HashMap<String, ScheduledPlacement>,
+    vm: &'a VirtualMachine,
+) -> Option<&'a ScheduledPlacement> {
+    vm.status
+        .as_ref()
+        .and_then(|s| s.placement.as_ref())
+        .or_else(|| vm.metadata.uid.as_deref().and_then(|uid| decided.get(uid)))
 }
 
 #[cfg(test)]

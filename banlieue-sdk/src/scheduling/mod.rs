@@ -196,6 +196,17 @@ pub fn schedule(input: &Input<'_>) -> Decision {
         };
     }
 
+    // One counting rule for spread, whether the caller kept the counts or not.
+    let counted;
+    let loads = match input.loads {
+        Some(loads) => loads,
+        None => {
+            let my_name = input.vm.metadata.name.as_deref().unwrap_or_default();
+            counted = Loads::of(input.siblings, my_name);
+            &counted
+        }
+    };
+
     for provider in matching {
         let name = provider.metadata.name.clone().unwrap_or_default();
         if let Err(why) = provider_usable(input, provider) {
@@ -216,7 +227,7 @@ pub fn schedule(input: &Input<'_>) -> Decision {
             }
             let score = Score {
                 preferred_conflicts: conflicts.preferred,
-                load: load(input, &name, fd_name.as_deref()),
+                load: loads.get(&name, fd_name.as_deref()),
                 provider: name.clone(),
                 failure_domain: fd_name.clone(),
             };
@@ -475,20 +486,6 @@ fn anti_affinity_conflicts(input: &Input<'_>, topology: &BTreeMap<String, String
         }
     }
     conflicts
-}
-
-fn load(input: &Input<'_>, provider: &str, failure_domain: Option<&str>) -> usize {
-    if let Some(loads) = input.loads {
-        return loads.get(provider, failure_domain);
-    }
-    let my_name = input.vm.metadata.name.as_deref().unwrap_or_default();
-    input
-        .siblings
-        .iter()
-        .filter(|s| s.name != my_name)
-        .filter_map(|s| s.placement)
-        .filter(|p| p.provider == provider && p.failure_domain.as_deref() == failure_domain)
-        .count()
 }
 
 #[cfg(test)]
