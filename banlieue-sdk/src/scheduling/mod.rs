@@ -38,7 +38,8 @@ pub struct Input<'a> {
     pub vm: &'a VirtualMachine,
     /// Its class.
     pub class: &'a VMClassSpec,
-    /// Its image.
+    /// Its image; its status says on which Providers it was found, and only those
+    /// are candidates.
     pub image: &'a VMImage,
     /// Providers in the VM's namespace.
     pub providers: &'a [Provider],
@@ -342,20 +343,24 @@ fn provider_usable(input: &Input<'_>, provider: &Provider) -> Result<(), String>
     if !input.image.spec.sources.has(provider.spec.class) {
         return Err(format!("image has no {} source", provider.spec.class));
     }
-    let listed_missing = input
+    // Only where the VMImage controller found the image: a VM placed where the image
+    // turned out missing (or unusable, e.g. a Proxmox volume without a template) would
+    // stay there failing, as placements are sticky. Not yet checked is a short wait,
+    // ended by the image's status update.
+    let row = input
         .image
         .status
         .iter()
         .flat_map(|s| &s.providers)
-        .any(|row| {
+        .find(|row| {
             Some(row.name.as_str()) == provider.metadata.name.as_deref()
                 && Some(row.namespace.as_str()) == provider.metadata.namespace.as_deref()
-                && !row.available
         });
-    if listed_missing {
-        return Err("image not available there".into());
+    match row {
+        Some(row) if row.available => Ok(()),
+        Some(_) => Err("image not available there".into()),
+        None => Err("image not yet checked there".into()),
     }
-    Ok(())
 }
 
 /// The failure domains of a Provider with their topology; a Provider that reports

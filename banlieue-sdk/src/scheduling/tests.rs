@@ -11,7 +11,9 @@ use crate::api::virtual_machine::{
     AntiAffinityTerm, NetworkInterface, Placement, VirtualMachineSpec, VirtualMachineStatus,
 };
 use crate::api::vm_class::OsDisk;
-use crate::api::vm_image::{ImageSources, OsFamily, OsInfo, SimImageSource, VMImageSpec};
+use crate::api::vm_image::{
+    ImageAvailability, ImageSources, OsFamily, OsInfo, SimImageSource, VMImageSpec, VMImageStatus,
+};
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -97,6 +99,24 @@ fn image() -> VMImage {
     )
 }
 
+/// The image as its controller reports it once it found it on every one of `providers`.
+fn image_on(providers: &[Provider]) -> VMImage {
+    let mut image = image();
+    image.status = Some(VMImageStatus {
+        providers: providers
+            .iter()
+            .map(|p| ImageAvailability {
+                namespace: p.metadata.namespace.clone().unwrap_or_default(),
+                name: p.metadata.name.clone().unwrap_or_default(),
+                available: true,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    });
+    image
+}
+
 fn class() -> VMClassSpec {
     VMClassSpec {
         cpus: 1,
@@ -148,7 +168,7 @@ fn sim(name: &str) -> Provider {
 }
 
 fn decide(vm: &VirtualMachine, providers: &[Provider], siblings: &[VirtualMachine]) -> Decision {
-    let (class, image) = (class(), image());
+    let (class, image) = (class(), image_on(providers));
     let siblings: Vec<Sibling<'_>> = siblings.iter().map(Sibling::of).collect();
     schedule(&Input {
         vm,
@@ -227,6 +247,33 @@ fn unschedulable_reasons() {
             assert!(message.contains("image has no vsphere source"), "{message}")
         }
         other => panic!("{other:?}"),
+    }
+
+    // Placed only where the image controller found the image: not where it reported it
+    // missing, nor where it has not looked yet.
+    let (class, v) = (class(), vm("v", Placement::default()));
+    let mut missing_there = image_on(&providers);
+    missing_there.status.as_mut().unwrap().providers[0].available = false;
+    for (image, expected) in [
+        (missing_there, "p1: image not available there"),
+        (image(), "p1: image not yet checked there"),
+    ] {
+        let input = Input {
+            vm: &v,
+            class: &class,
+            image: &image,
+            providers: &providers,
+            current: None,
+            siblings: &[],
+            loads: None,
+        };
+        match schedule(&input) {
+            Decision::Unschedulable { reason, message } => {
+                assert_eq!(reason, "NoFeasibleProvider");
+                assert!(message.contains(expected), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     let mut no_network = vm("v", Placement::default());
@@ -335,7 +382,7 @@ fn a_placement_read_back_from_its_machine_is_kept() {
     // The recovered placement keeps the VM where its machine is, even when the
     // scheduler would now choose the other domain.
     let siblings = [placed(vm("other", placement.clone()), &target)];
-    let (class, image) = (class(), image());
+    let (class, image) = (class(), image_on(&providers));
     let siblings: Vec<Sibling<'_>> = siblings.iter().map(Sibling::of).collect();
     let fresh = vm("v", placement);
     let input = |current| Input {
@@ -469,7 +516,7 @@ proptest! {
             })
             .collect();
         let v = vm("v", placement);
-        let (class, image) = (class(), image());
+        let (class, image) = (class(), image_on(&providers));
         let all: Vec<Sibling<'_>> = siblings.iter().map(Sibling::of).collect();
         let loads = Loads::of(&all, "v");
         let needed: &[Sibling<'_>] = if v.spec.placement.anti_affinity.is_empty() { &[] } else { &all };
