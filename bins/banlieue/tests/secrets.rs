@@ -15,6 +15,7 @@ use banlieue_integration_tests::vcsim::Vcsim;
 use banlieue_sdk::api::{Provider, VirtualMachine};
 use banlieue_sdk::conditions;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
+use kube::ResourceExt as _;
 use kube::discovery::Discovery;
 use serde_json::{Value, json};
 
@@ -228,6 +229,24 @@ async fn no_credential_or_bootstrap_data_reaches_logs_events_or_objects() {
     }
     for provider in ["pve-token", "pve-ticket", "vc", "sim"] {
         wait_for(&vms, &format!("on-{provider}"), WAIT, is_ready).await;
+    }
+    // What the operator writes is attributed to it: the finalizer patches name no field
+    // manager, so the apiserver records its User-Agent (`banlieue/<version>`), never
+    // `unknown`.
+    for vm in vms.list(&ListParams::default()).await.unwrap() {
+        let managers: Vec<String> = vm
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|m| m.manager.clone())
+            .collect();
+        assert!(
+            managers.iter().any(|m| m == "banlieue")
+                && !managers.iter().any(|m| m == "unknown"),
+            "{}: managers {managers:?}",
+            vm.name_any()
+        );
     }
     // The bootstrap data did reach a backend (vSphere guestinfo, base64).
     let guest = vc.vm("on-vc").expect("the vCenter VM");

@@ -3,11 +3,15 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
+use http::HeaderValue;
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use super::rate_limit::TokenBucketLayer;
+
+/// The `User-Agent` of the operator's requests: `banlieue/<version>`.
+pub const USER_AGENT: &str = concat!("banlieue/", env!("CARGO_PKG_VERSION"));
 
 /// How to reach the apiserver.
 #[derive(Clone, Debug)]
@@ -23,7 +27,7 @@ pub struct ClientConfig {
 
 /// Builds the client. Logs the apiserver URL, never the credentials.
 pub async fn build(config: &ClientConfig) -> anyhow::Result<Client> {
-    let kube_config = match &config.kubeconfig {
+    let mut kube_config = match &config.kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -35,6 +39,12 @@ pub async fn build(config: &ClientConfig) -> anyhow::Result<Client> {
             .await
             .context("finding a kubeconfig (in-cluster, $KUBECONFIG or ~/.kube/config)")?,
     };
+    // Writes that name no field manager (the finalizer patches of kube's `finalizer`
+    // helper) are recorded under the User-Agent's product name; without one, as
+    // `unknown` in managedFields and in audit logs.
+    kube_config
+        .headers
+        .push((http::header::USER_AGENT, HeaderValue::from_static(USER_AGENT)));
     tracing::info!(apiserver = %kube_config.cluster_url, qps = config.qps, burst = config.burst, "kubernetes client");
     let client = ClientBuilder::try_from(kube_config)
         .context("building the kubernetes client")?
