@@ -14,8 +14,8 @@ use banlieue_integration_tests::operator::{wait_for, wait_gone};
 use banlieue_integration_tests::vcsim::Vcsim;
 use banlieue_sdk::api::{Provider, VirtualMachine};
 use banlieue_sdk::conditions;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
 use kube::ResourceExt as _;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
 use kube::discovery::Discovery;
 use serde_json::{Value, json};
 
@@ -242,8 +242,7 @@ async fn no_credential_or_bootstrap_data_reaches_logs_events_or_objects() {
             .filter_map(|m| m.manager.clone())
             .collect();
         assert!(
-            managers.iter().any(|m| m == "banlieue")
-                && !managers.iter().any(|m| m == "unknown"),
+            managers.iter().any(|m| m == "banlieue") && !managers.iter().any(|m| m == "unknown"),
             "{}: managers {managers:?}",
             vm.name_any()
         );

@@ -42,9 +42,10 @@ pub async fn build(config: &ClientConfig) -> anyhow::Result<Client> {
     // Writes that name no field manager (the finalizer patches of kube's `finalizer`
     // helper) are recorded under the User-Agent's product name; without one, as
     // `unknown` in managedFields and in audit logs.
-    kube_config
-        .headers
-        .push((http::header::USER_AGENT, HeaderValue::from_static(USER_AGENT)));
+    kube_config.headers.push((
+        http::header::USER_AGENT,
+        HeaderValue::from_static(USER_AGENT),
+    ));
     tracing::info!(apiserver = %kube_config.cluster_url, qps = config.qps, burst = config.burst, "kubernetes client");
     let client = ClientBuilder::try_from(kube_config)
         .context("building the kubernetes client")?
