@@ -147,12 +147,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("N = {n}"))?;
             eprintln!(
-                "    all Ready {:.1}s (baseline {:.1}s), all gone {:.1}s (baseline {:.1}s), \
+                "    all Ready {:.1}s (baseline {:.1}s{}), all gone {:.1}s (baseline {:.1}s{}), \
                  writes/VM {:.2}, idle writes/min {:.1}, peak RSS {:.1} MiB, CPU {:.1}s",
                 result.ready.seconds,
-                result.baseline.ready.seconds,
+                result.baseline_ready(),
+                result.baseline_runs(|b| b.ready.seconds),
                 result.gone.seconds,
-                result.baseline.gone.seconds,
+                result.baseline_gone(),
+                result.baseline_runs(|b| b.gone.seconds),
                 result.writes_per_vm("create") + result.writes_per_vm("delete"),
                 result.idle_writes_per_minute(),
                 result.proc_end.peak_rss_mib,
@@ -325,6 +327,13 @@ async fn run_size(args: &Args, n: usize) -> anyhow::Result<SizeResult> {
         },
     ];
     result.requests = measure::count_requests(&audit_log, &phases)?;
+
+    // The floor again, the operator stopped: the machine's speed drifts over minutes, and
+    // runs on either side of the operator's let the report use their mean.
+    eprintln!("    baseline again");
+    workload::namespace(&client, "baseline-after").await?;
+    result.baseline_after =
+        Some(baseline::run(&client, "baseline-after", n, args.concurrency).await?);
     if std::env::var_os("BENCH_KEEP").is_some() {
         eprintln!("    kept {}", scratch.keep().display());
     }
