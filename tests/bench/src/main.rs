@@ -328,8 +328,8 @@ async fn run_size(args: &Args, n: usize) -> anyhow::Result<SizeResult> {
     ];
     result.requests = measure::count_requests(&audit_log, &phases)?;
 
-    // The floor again, the operator stopped: the machine's speed drifts over minutes, and
-    // runs on either side of the operator's let the report use their mean.
+    // The floor again, the operator stopped: the same baseline costs more CPU later in a
+    // run, and runs on either side of the operator's let the report use their mean.
     eprintln!("    baseline again");
     workload::namespace(&client, "baseline-after").await?;
     result.baseline_after =

@@ -36,8 +36,8 @@ pub struct SizeResult {
     pub idle_seconds: f64,
     /// The minimal-writes client's timings, before the operator starts.
     pub baseline: Baseline,
-    /// The same baseline again once the operator has stopped: the machine's speed drifts
-    /// over minutes, so the floor is the mean of the runs on either side of the operator's.
+    /// The same baseline again once the operator has stopped: the same work costs more later
+    /// in a run, so the floor is the mean of the runs on either side of the operator's.
     #[serde(default)]
     pub baseline_after: Option<Baseline>,
     /// API requests by phase, actor, verb and resource (audit log).
@@ -302,9 +302,10 @@ fn write_setup(md: &mut String, results: &[SizeResult]) {
         r.concurrency,
         if r.baseline_after.is_some() {
             " It runs again, in a third namespace, once the operator has stopped, and the floor \
-             is the mean of the two: how fast this machine runs drifts over minutes (single \
-             runs at N = 10,000 gave the same build 1.37–1.69× the baseline), and the mean of \
-             runs on either side of the operator's cancels a steady drift."
+             is the mean of the two: the same baseline costs more CPU later in a run (29 % more \
+             ten minutes later at N = 10,000 on 2026-11-30), so a floor measured only before \
+             the operator, which runs second, favours the baseline; the mean of runs on either \
+             side of the operator's cancels a steady drift."
         } else {
             ""
         }
