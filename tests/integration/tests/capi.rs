@@ -185,13 +185,14 @@ async fn a_cluster_across_two_providers_through_the_real_capi_manager() {
             .iter()
             .any(|o| o.kind == "Cluster" && o.name == "c1")
     );
+    // The label follows CAPI's adoption (the owner reference) by one reconcile, which
+    // can come after the failure domains CAPI already mirrored.
     let providers: Api<Provider> = Api::namespaced(client.clone(), &ns.name);
     for name in ["vc1", "vc2"] {
-        let p = providers.get(name).await.unwrap();
-        assert!(
-            p.labels().contains_key("clusterctl.cluster.x-k8s.io/move"),
-            "{name} not labelled for move"
-        );
+        wait_for(&providers, name, WAIT, |p| {
+            p.labels().contains_key("clusterctl.cluster.x-k8s.io/move")
+        })
+        .await;
     }
 
     // A Machine CAPI placed in vc2/zone-c.
