@@ -168,12 +168,21 @@ fn sim(name: &str) -> Provider {
 }
 
 fn decide(vm: &VirtualMachine, providers: &[Provider], siblings: &[VirtualMachine]) -> Decision {
-    let (class, image) = (class(), image_on(providers));
+    decide_with(vm, &image_on(providers), providers, siblings)
+}
+
+fn decide_with(
+    vm: &VirtualMachine,
+    image: &VMImage,
+    providers: &[Provider],
+    siblings: &[VirtualMachine],
+) -> Decision {
+    let class = class();
     let siblings: Vec<Sibling<'_>> = siblings.iter().map(Sibling::of).collect();
     schedule(&Input {
         vm,
         class: &class,
-        image: &image,
+        image,
         providers,
         current: vm.status.as_ref().and_then(|s| s.placement.as_ref()),
         siblings: &siblings,
@@ -251,23 +260,14 @@ fn unschedulable_reasons() {
 
     // Placed only where the image controller found the image: not where it reported it
     // missing, nor where it has not looked yet.
-    let (class, v) = (class(), vm("v", Placement::default()));
+    let v = vm("v", Placement::default());
     let mut missing_there = image_on(&providers);
     missing_there.status.as_mut().unwrap().providers[0].available = false;
     for (image, expected) in [
         (missing_there, "p1: image not available there"),
         (image(), "p1: image not yet checked there"),
     ] {
-        let input = Input {
-            vm: &v,
-            class: &class,
-            image: &image,
-            providers: &providers,
-            current: None,
-            siblings: &[],
-            loads: None,
-        };
-        match schedule(&input) {
+        match decide_with(&v, &image, &providers, &[]) {
             Decision::Unschedulable { reason, message } => {
                 assert_eq!(reason, "NoFeasibleProvider");
                 assert!(message.contains(expected), "{message}");

@@ -71,7 +71,7 @@ impl SizeResult {
         }
     }
 
-    /// `before 161.2 s, after 170.0 s` when the baseline ran twice; empty otherwise.
+    /// ` (before 161.2 s, after 170.0 s)` when the baseline ran twice; empty otherwise.
     pub fn baseline_runs(&self, of: impl Fn(&Baseline) -> f64) -> String {
         self.baseline_after.as_ref().map_or(String::new(), |after| {
             format!(
