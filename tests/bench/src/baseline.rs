@@ -1,5 +1,5 @@
 //! The floor: a plain client performing only the writes the flow cannot do without, for
-//! N VirtualMachines, against the same apiserver (no operator running, its own namespace).
+//! N VirtualMachines, against a control plane of its own, built and configured like the operator's.
 //!
 //! Each VirtualMachine is a chain of dependent writes (each needs the previous one's
 //! result); `concurrency` chains run at once, the same number of requests in flight as
@@ -125,24 +125,36 @@ pub struct Baseline {
     pub gone: Curve,
 }
 
-/// Runs the minimal flow for `n` VirtualMachines in namespace `ns`.
-pub async fn run(
+/// Runs the minimal create flow for `n` VirtualMachines in namespace `ns`: the curve of
+/// VirtualMachines whose VM status write is done.
+pub async fn create(
     client: &Client,
     ns: &str,
     n: usize,
     concurrency: usize,
-) -> anyhow::Result<Baseline> {
+) -> anyhow::Result<Curve> {
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
     let machines: Api<LibvirtMachine> = Api::namespaced(client.clone(), ns);
-    let ready = drive(n, concurrency, |i| {
+    drive(n, concurrency, |i| {
         create_chain(vms.clone(), machines.clone(), i)
     })
-    .await?;
-    let gone = drive(n, concurrency, |i| {
+    .await
+}
+
+/// Runs the minimal delete flow for the `n` VirtualMachines [`create`] made: the curve of
+/// VirtualMachines gone.
+pub async fn delete(
+    client: &Client,
+    ns: &str,
+    n: usize,
+    concurrency: usize,
+) -> anyhow::Result<Curve> {
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+    let machines: Api<LibvirtMachine> = Api::namespaced(client.clone(), ns);
+    drive(n, concurrency, |i| {
         delete_chain(vms.clone(), machines.clone(), i)
     })
-    .await?;
-    Ok(Baseline { ready, gone })
+    .await
 }
 
 /// Runs `chain(i)` for `0..n`, `concurrency` at once, recording completions over time.

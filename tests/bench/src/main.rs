@@ -1,14 +1,17 @@
 //! `make bench`: banlieue's scale benchmark.
 //!
-//! For each N, on a fresh local control plane (etcd + kube-apiserver with an audit log):
+//! For each N, `--repeat` pairs of runs, each run on a fresh local control plane (etcd +
+//! kube-apiserver with an audit log), alternating which side of a pair goes first:
 //!
-//! 1. **baseline**: a plain client performs only the minimal writes for N
-//!    VirtualMachines ([`baseline::MINIMUM`]), with no operator running;
-//! 2. the operator (`banlieue run`, release build) starts as a child process; a `sim`
-//!    Provider, VMClass and VMImage are created;
-//! 3. N VirtualMachines are created at once and followed until all are Ready;
-//! 4. nothing happens for the idle window (writes there should be zero);
-//! 5. all are deleted at once and followed until gone.
+//! - **baseline**: a plain client performs only the minimal writes for N VirtualMachines
+//!   ([`baseline::MINIMUM`]), with no operator running, then deletes them;
+//! - **operator**: the operator (`banlieue run`, release build) starts as a child process;
+//!   a `sim` Provider, VMClass and VMImage are created; N VirtualMachines are created at
+//!   once and followed until all are Ready; in the first pair nothing happens for the idle
+//!   window (writes there should be zero); all are deleted at once and followed until gone.
+//!
+//! Each run also reads the CPU time kube-apiserver and etcd spent until all were Ready. The
+//! report gives medians over the pairs.
 //!
 //! Results are saved as `docs/benchmarks/data/<date>/n<N>.json`, and the report
 //! `docs/benchmarks/scale-<date>.md` (with SVG charts) is regenerated from every result of
@@ -19,6 +22,7 @@ mod baseline;
 mod measure;
 mod operator;
 mod report;
+mod result;
 mod svg;
 mod workload;
 
@@ -26,16 +30,17 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use banlieue_testenv::{ControlPlane, ControlPlaneConfig};
+use banlieue_testenv::{Component, ControlPlane, ControlPlaneConfig};
 use clap::Parser;
 use http::{HeaderName, HeaderValue};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 
-use crate::measure::{BENCH_USER_AGENT, Phase};
+use crate::baseline::Baseline;
+use crate::measure::{BENCH_USER_AGENT, Phase, ProcSample, RequestCounts};
 use crate::operator::Operator;
-use crate::report::SizeResult;
-use crate::workload::Tracker;
+use crate::result::{Pair, SizeResult};
+use crate::workload::{Curve, Tracker};
 
 /// banlieue's scale benchmark: N VirtualMachines on the sim backend, created at once and
 /// deleted at once, against a minimal-writes baseline.
@@ -74,6 +79,12 @@ struct Args {
     /// Bound on each phase (all Ready, all gone).
     #[arg(long, default_value = "60m", value_parser = parse_duration)]
     timeout: Duration,
+
+    /// Baseline/operator pairs per size, each side on a fresh control plane; the report
+    /// gives medians. Only the first pair's operator run has the idle window.
+    #[arg(long, env = "BENCH_REPEAT", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
 
     /// Extra flag for `banlieue run` (repeatable), e.g. `--operator-arg=--kube-api-qps=500`.
     #[arg(long = "operator-arg", allow_hyphen_values = true)]
@@ -147,14 +158,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("N = {n}"))?;
             eprintln!(
-                "    all Ready {:.1}s (baseline {:.1}s{}), all gone {:.1}s (baseline {:.1}s{}), \
-                 writes/VM {:.2}, idle writes/min {:.1}, peak RSS {:.1} MiB, CPU {:.1}s",
-                result.ready.seconds,
+                "    all Ready {:.1}s (baseline {:.1}s, {:.2}x{}), all gone {:.1}s (baseline \
+                 {:.1}s, {:.2}x), writes/VM {:.2}, idle writes/min {:.1}, peak RSS {:.1} MiB, \
+                 CPU {:.1}s",
+                result.ready_seconds(),
                 result.baseline_ready(),
-                result.baseline_runs(|b| b.ready.seconds),
-                result.gone.seconds,
+                result.ready_ratio(),
+                result.each_pair(Pair::ready_ratio),
+                result.gone_seconds(),
                 result.baseline_gone(),
-                result.baseline_runs(|b| b.gone.seconds),
+                result.gone_ratio(),
                 result.writes_per_vm("create") + result.writes_per_vm("delete"),
                 result.idle_writes_per_minute(),
                 result.proc_end.peak_rss_mib,
@@ -166,7 +179,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             )?;
         }
     }
-    let results = report::load(&data)?;
+    let results = result::load(&data)?;
     let notes = std::fs::read_to_string(data.join("notes.md")).ok();
     let header = report::Header {
         date: &date,
@@ -182,24 +195,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One size, on its own control plane.
+/// One size: `--repeat` baseline/operator pairs, each run on a fresh control plane.
 async fn run_size(args: &Args, n: usize) -> anyhow::Result<SizeResult> {
-    let scratch = tempfile::Builder::new()
-        .prefix("banlieue-bench-")
-        .tempdir()?;
-    let policy = scratch.path().join("audit-policy.yaml");
-    let audit_log = scratch.path().join("audit.log");
-    std::fs::write(&policy, measure::audit_policy(&args.audit_level))?;
-    let mut config = ControlPlaneConfig::from_env().crds(banlieue_sdk::crds::all());
-    for flag in measure::audit_flags(&policy, &audit_log)
-        .into_iter()
-        .chain(args.apiserver_args.iter().cloned())
-    {
-        config = config.apiserver_arg(flag);
-    }
-    let control_plane =
-        tokio::task::block_in_place(|| ControlPlane::start(config)).context("control plane")?;
-    let client = bench_client(&control_plane).await?;
     let mut result = SizeResult {
         n,
         started_at: Timestamp::now().to_string(),
@@ -210,30 +207,182 @@ async fn run_size(args: &Args, n: usize) -> anyhow::Result<SizeResult> {
         idle_seconds: args.idle.as_secs_f64(),
         ..SizeResult::default()
     };
+    for k in 0..args.repeat {
+        let first = k == 0;
+        // Alternating which side runs first keeps a drift of the machine from favouring one.
+        let operator_first = k % 2 == 1;
+        eprintln!("    pair {} of {}", k + 1, args.repeat);
+        let (operator, baseline) = if operator_first {
+            let operator = run_operator(args, n, first).await?;
+            (operator, run_baseline(args, n).await?)
+        } else {
+            let baseline = run_baseline(args, n).await?;
+            (run_operator(args, n, first).await?, baseline)
+        };
+        let pair = Pair {
+            operator_first,
+            ready_seconds: operator.ready.seconds,
+            gone_seconds: operator.gone.seconds,
+            baseline_ready_seconds: baseline.timings.ready.seconds,
+            baseline_gone_seconds: baseline.timings.gone.seconds,
+            control_plane_cpu_ready: operator.control_plane_cpu_ready,
+            baseline_control_plane_cpu_ready: baseline.control_plane_cpu_ready,
+        };
+        eprintln!(
+            "    pair {}: all Ready {:.1}s vs {:.1}s ({:.2}x), control-plane CPU {:.0}s vs {:.0}s \
+             ({:.2}x)",
+            k + 1,
+            pair.ready_seconds,
+            pair.baseline_ready_seconds,
+            pair.ready_ratio(),
+            pair.control_plane_cpu_ready,
+            pair.baseline_control_plane_cpu_ready,
+            pair.cpu_ratio()
+        );
+        result.pairs.push(pair);
+        if first {
+            result.ready = operator.ready;
+            result.gone = operator.gone;
+            result.requests = operator.requests;
+            result.requests.phases.extend(baseline.requests.phases);
+            result.operator_counted_writes = operator.counted_writes;
+            result.proc_ready = operator.proc_ready;
+            result.proc_idle = operator.proc_idle;
+            result.proc_end = operator.proc_end;
+            result.baseline = baseline.timings;
+        }
+    }
+    Ok(result)
+}
 
+/// A fresh control plane with an audit log, and the benchmark's client for it.
+struct Plane {
+    control_plane: ControlPlane,
+    client: Client,
+    audit_log: PathBuf,
+    scratch: tempfile::TempDir,
+    clock_ticks: f64,
+}
+
+impl Plane {
+    async fn start(args: &Args) -> anyhow::Result<Self> {
+        let scratch = tempfile::Builder::new()
+            .prefix("banlieue-bench-")
+            .tempdir()?;
+        let policy = scratch.path().join("audit-policy.yaml");
+        let audit_log = scratch.path().join("audit.log");
+        std::fs::write(&policy, measure::audit_policy(&args.audit_level))?;
+        let mut config = ControlPlaneConfig::from_env().crds(banlieue_sdk::crds::all());
+        for flag in measure::audit_flags(&policy, &audit_log)
+            .into_iter()
+            .chain(args.apiserver_args.iter().cloned())
+        {
+            config = config.apiserver_arg(flag);
+        }
+        let control_plane =
+            tokio::task::block_in_place(|| ControlPlane::start(config)).context("control plane")?;
+        let client = bench_client(&control_plane).await?;
+        Ok(Self {
+            control_plane,
+            client,
+            audit_log,
+            scratch,
+            clock_ticks: measure::clock_ticks(),
+        })
+    }
+
+    /// CPU seconds kube-apiserver and etcd have used so far.
+    fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        [Component::KubeApiServer, Component::Etcd]
+            .into_iter()
+            .map(|component| {
+                self.control_plane
+                    .pid(component)
+                    .and_then(|pid| measure::sample(pid, self.clock_ticks))
+                    .map(|s| s.cpu_seconds)
+                    .with_context(|| format!("reading the CPU time of {component:?}"))
+            })
+            .sum()
+    }
+
+    /// Counts the audit log's requests by phase; `BENCH_KEEP` keeps the directory.
+    async fn finish(self, phases: &[Phase]) -> anyhow::Result<RequestCounts> {
+        // The audit backend writes synchronously; give the last lines a moment anyway.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let counts = measure::count_requests(&self.audit_log, phases)?;
+        if std::env::var_os("BENCH_KEEP").is_some() {
+            eprintln!("    kept {}", self.scratch.keep().display());
+        }
+        drop(self.control_plane);
+        Ok(counts)
+    }
+}
+
+/// What one baseline run measured.
+struct BaselineRun {
+    timings: Baseline,
+    /// The `baseline` phase's requests.
+    requests: RequestCounts,
+    control_plane_cpu_ready: f64,
+}
+
+async fn run_baseline(args: &Args, n: usize) -> anyhow::Result<BaselineRun> {
     eprintln!("    baseline");
-    let t_baseline = Timestamp::now();
-    workload::namespace(&client, "baseline").await?;
-    result.baseline = baseline::run(&client, "baseline", n, args.concurrency).await?;
+    let plane = Plane::start(args).await?;
+    let t_start = Timestamp::now();
+    workload::namespace(&plane.client, "baseline").await?;
+    let cpu_before = plane.cpu_seconds()?;
+    let ready = baseline::create(&plane.client, "baseline", n, args.concurrency).await?;
+    let control_plane_cpu_ready = plane.cpu_seconds()? - cpu_before;
+    let gone = baseline::delete(&plane.client, "baseline", n, args.concurrency).await?;
+    let phases = [Phase {
+        name: "baseline",
+        start: t_start,
+        end: Timestamp::now(),
+    }];
+    Ok(BaselineRun {
+        timings: Baseline { ready, gone },
+        requests: plane.finish(&phases).await?,
+        control_plane_cpu_ready,
+    })
+}
 
+/// What one operator run measured.
+struct OperatorRun {
+    ready: Curve,
+    gone: Curve,
+    requests: RequestCounts,
+    counted_writes: Option<f64>,
+    proc_ready: ProcSample,
+    proc_idle: ProcSample,
+    proc_end: ProcSample,
+    control_plane_cpu_ready: f64,
+}
+
+/// The operator's run; with `idle` the idle window between all Ready and the deletes.
+async fn run_operator(args: &Args, n: usize, idle: bool) -> anyhow::Result<OperatorRun> {
     eprintln!("    operator");
+    let plane = Plane::start(args).await?;
+    let client = &plane.client;
+    let idle = if idle { args.idle } else { Duration::ZERO };
     let t_startup = Timestamp::now();
-    workload::namespace(&client, "bench").await?;
-    let log = scratch.path().join("operator.log");
+    workload::namespace(client, "bench").await?;
+    let log = plane.scratch.path().join("operator.log");
     let mut operator = Operator::spawn(
         &args.operator,
-        control_plane.kubeconfig_path(),
+        plane.control_plane.kubeconfig_path(),
         &log,
         &args.operator_args,
     )?;
-    let ticks = measure::clock_ticks();
+    let ticks = plane.clock_ticks;
     let outcome = async {
         operator.wait_ready(Duration::from_secs(60)).await?;
-        workload::fixtures(&client, "bench", &args.latency, Duration::from_secs(60)).await?;
+        workload::fixtures(client, "bench", &args.latency, Duration::from_secs(60)).await?;
         let tracker = Tracker::start(client.clone(), "bench").await?;
 
         eprintln!("    create");
         let t_create = Timestamp::now();
+        let cpu_before = plane.cpu_seconds()?;
         let started = Instant::now();
         let creates = tokio::spawn(workload::create_all(
             client.clone(),
@@ -243,7 +392,7 @@ async fn run_size(args: &Args, n: usize) -> anyhow::Result<SizeResult> {
         ));
         let ready_count =
             |vms: &[std::sync::Arc<_>]| vms.iter().filter(|vm| workload::is_ready(vm)).count();
-        result.ready = tracker
+        let ready = tracker
             .follow(started, args.timeout, ready_count, |v| v >= n)
             .await
             .with_context(|| {
@@ -252,14 +401,15 @@ async fn run_size(args: &Args, n: usize) -> anyhow::Result<SizeResult> {
                     tracker.not_ready(5)
                 )
             })?;
+        let control_plane_cpu_ready = plane.cpu_seconds()? - cpu_before;
         creates.await??;
-        result.proc_ready = measure::sample(operator.pid(), ticks).unwrap_or_default();
+        let proc_ready = measure::sample(operator.pid(), ticks).unwrap_or_default();
 
-        eprintln!("    idle {:?}", args.idle);
+        eprintln!("    idle {idle:?}");
         let t_idle = Timestamp::now();
-        tokio::time::sleep(args.idle).await;
+        tokio::time::sleep(idle).await;
         let t_idle_end = Timestamp::now();
-        result.proc_idle = measure::sample(operator.pid(), ticks).unwrap_or_default();
+        let proc_idle = measure::sample(operator.pid(), ticks).unwrap_or_default();
 
         eprintln!("    delete");
         let t_delete = Timestamp::now();
@@ -270,75 +420,47 @@ async fn run_size(args: &Args, n: usize) -> anyhow::Result<SizeResult> {
             n,
             args.concurrency,
         ));
-        result.gone = tracker
+        let gone = tracker
             .follow(started, args.timeout, <[_]>::len, |v| v == 0)
             .await
             .context("waiting for all to be gone")?;
         deletes.await??;
-        result.operator_counted_writes = operator.writes_total().await;
-        result.proc_end = measure::sample(operator.pid(), ticks).unwrap_or_default();
-        anyhow::Ok([t_create, t_idle, t_idle_end, t_delete])
+        let run = OperatorRun {
+            ready,
+            gone,
+            requests: RequestCounts::default(),
+            counted_writes: operator.writes_total().await,
+            proc_ready,
+            proc_idle,
+            proc_end: measure::sample(operator.pid(), ticks).unwrap_or_default(),
+            control_plane_cpu_ready,
+        };
+        anyhow::Ok((run, [t_create, t_idle, t_idle_end, t_delete]))
     }
     .await;
     operator.stop(Duration::from_secs(10));
     let t_end = Timestamp::now();
-    let [t_create, t_idle, t_idle_end, t_delete] = match outcome {
-        Ok(marks) => marks,
+    let (mut run, [t_create, t_idle, t_idle_end, t_delete]) = match outcome {
+        Ok(outcome) => outcome,
         Err(e) => {
-            let kept = scratch.keep();
+            let kept = plane.scratch.keep();
             return Err(e.context(format!(
                 "operator log and audit log kept in {}",
                 kept.display()
             )));
         }
     };
-    // The audit backend writes synchronously; give the last lines a moment anyway.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let phases = [
-        Phase {
-            name: "baseline",
-            start: t_baseline,
-            end: t_startup,
-        },
-        Phase {
-            name: "startup",
-            start: t_startup,
-            end: t_create,
-        },
-        Phase {
-            name: "create",
-            start: t_create,
-            end: t_idle,
-        },
-        Phase {
-            name: "idle",
-            start: t_idle,
-            end: t_idle_end,
-        },
-        Phase {
-            name: "between",
-            start: t_idle_end,
-            end: t_delete,
-        },
-        Phase {
-            name: "delete",
-            start: t_delete,
-            end: t_end,
-        },
-    ];
-    result.requests = measure::count_requests(&audit_log, &phases)?;
-
-    // The floor again, the operator stopped: the same baseline costs more CPU later in a
-    // run, and runs on either side of the operator's let the report use their mean.
-    eprintln!("    baseline again");
-    workload::namespace(&client, "baseline-after").await?;
-    result.baseline_after =
-        Some(baseline::run(&client, "baseline-after", n, args.concurrency).await?);
-    if std::env::var_os("BENCH_KEEP").is_some() {
-        eprintln!("    kept {}", scratch.keep().display());
-    }
-    drop(control_plane);
-    Ok(result)
+    let phase = |name, start, end| Phase { name, start, end };
+    run.requests = plane
+        .finish(&[
+            phase("startup", t_startup, t_create),
+            phase("create", t_create, t_idle),
+            phase("idle", t_idle, t_idle_end),
+            phase("between", t_idle_end, t_delete),
+            phase("delete", t_delete, t_end),
+        ])
+        .await?;
+    Ok(run)
 }
 
 /// An admin client whose requests carry the `User-Agent` [`BENCH_USER_AGENT`].

@@ -1,119 +1,14 @@
-//! Results of one size (saved as JSON, so that sizes run separately end up in one report)
-//! and the Markdown report with its SVG charts.
+//! The Markdown report with its SVG charts, from every size's [`SizeResult`].
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::Context as _;
-use serde::{Deserialize, Serialize};
-
-use crate::baseline::{self, Baseline};
-use crate::measure::{ProcSample, RequestCounts, is_write};
+use crate::baseline;
+use crate::measure::is_write;
+use crate::result::{Pair, SizeResult};
 use crate::svg::{self, Series};
 use crate::workload::Curve;
-
-/// Everything measured for one N.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct SizeResult {
-    /// Number of VirtualMachines.
-    pub n: usize,
-    /// When the run started (RFC 3339, UTC).
-    pub started_at: String,
-    /// The sim Provider's `latency`.
-    pub latency: String,
-    /// Requests in flight from the benchmark's client (creates, deletes, baseline chains).
-    pub concurrency: usize,
-    /// Flags passed to `banlieue run` beyond kubeconfig, probe and metrics addresses.
-    pub operator_args: Vec<String>,
-    /// Flags passed to kube-apiserver beyond the harness's and the audit log's.
-    pub apiserver_args: Vec<String>,
-    /// Ready VirtualMachines over time, from the start of the creates.
-    pub ready: Curve,
-    /// VirtualMachines remaining over time, from the start of the deletes.
-    pub gone: Curve,
-    /// Length of the idle window after convergence, seconds.
-    pub idle_seconds: f64,
-    /// The minimal-writes client's timings, before the operator starts.
-    pub baseline: Baseline,
-    /// The same baseline again once the operator has stopped: the same work costs more later
-    /// in a run, so the floor is the mean of the runs on either side of the operator's.
-    #[serde(default)]
-    pub baseline_after: Option<Baseline>,
-    /// API requests by phase, actor, verb and resource (audit log).
-    pub requests: RequestCounts,
-    /// The operator's own `banlieue_api_writes_total` at the end.
-    pub operator_counted_writes: Option<f64>,
-    /// The operator process when all were Ready, after the idle window, and at the end.
-    pub proc_ready: ProcSample,
-    /// See [`proc_ready`](Self::proc_ready).
-    pub proc_idle: ProcSample,
-    /// See [`proc_ready`](Self::proc_ready).
-    pub proc_end: ProcSample,
-}
-
-impl SizeResult {
-    /// The baseline's time to all-Ready: the mean of the runs before and after the
-    /// operator's, or the one before when there is no run after (older results).
-    pub fn baseline_ready(&self) -> f64 {
-        self.baseline_mean(|b| b.ready.seconds)
-    }
-
-    /// The baseline's time to all-gone, as [`baseline_ready`](Self::baseline_ready).
-    pub fn baseline_gone(&self) -> f64 {
-        self.baseline_mean(|b| b.gone.seconds)
-    }
-
-    fn baseline_mean(&self, of: impl Fn(&Baseline) -> f64) -> f64 {
-        match &self.baseline_after {
-            Some(after) => (of(&self.baseline) + of(after)) / 2.0,
-            None => of(&self.baseline),
-        }
-    }
-
-    /// ` (before 161.2 s, after 170.0 s)` when the baseline ran twice; empty otherwise.
-    pub fn baseline_runs(&self, of: impl Fn(&Baseline) -> f64) -> String {
-        self.baseline_after.as_ref().map_or(String::new(), |after| {
-            format!(
-                " (before {:.1} s, after {:.1} s)",
-                of(&self.baseline),
-                of(after)
-            )
-        })
-    }
-
-    /// Operator writes in `phase`, per VirtualMachine.
-    pub fn writes_per_vm(&self, phase: &str) -> f64 {
-        self.requests.writes(phase, "operator") as f64 / self.n as f64
-    }
-
-    /// Operator writes per minute during the idle window.
-    pub fn idle_writes_per_minute(&self) -> f64 {
-        let writes = self.requests.writes("idle", "operator") as f64;
-        if self.idle_seconds > 0.0 {
-            writes / (self.idle_seconds / 60.0)
-        } else {
-            0.0
-        }
-    }
-}
-
-/// Loads every `n*.json` result in `dir`, ordered by N.
-pub fn load(dir: &Path) -> anyhow::Result<Vec<SizeResult>> {
-    let mut results = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "json") {
-            let text = std::fs::read_to_string(&path)?;
-            results.push(
-                serde_json::from_str::<SizeResult>(&text)
-                    .with_context(|| format!("parsing {}", path.display()))?,
-            );
-        }
-    }
-    results.sort_by_key(|r| r.n);
-    Ok(results)
-}
 
 /// Context for the report's header.
 pub struct Header<'a> {
@@ -127,9 +22,9 @@ pub struct Header<'a> {
     pub notes: Option<String>,
 }
 
-fn ratio(a: f64, b: f64) -> String {
-    if b > 0.0 {
-        format!("{:.1}×", a / b)
+fn times(ratio: f64) -> String {
+    if ratio.is_finite() {
+        format!("{ratio:.2}×")
     } else {
         "–".to_owned()
     }
@@ -145,38 +40,44 @@ pub fn write(out: &Path, header: &Header<'_>, results: &[SizeResult]) -> anyhow:
         md,
         "Generated by `make bench` (`tests/bench`, binary `banlieue-bench`). The operator is \
          built with `cargo build --release -p banlieue` and runs as a child process \
-         (`banlieue run`) against a fresh local control plane per size ({}). Machine: {}.\n",
+         (`banlieue run`) against a fresh local control plane ({}). Machine: {}.\n",
         header.control_plane, header.machine
     );
     let _ = writeln!(md, "## Summary\n");
     let _ = writeln!(
         md,
-        "| N | all Ready | all gone | baseline Ready | baseline gone | Ready / baseline | gone / baseline | operator writes per VM (min {}) | idle writes/min | peak RSS | CPU |",
+        "| N | pairs | all Ready | all gone | baseline Ready | baseline gone | Ready / baseline | gone / baseline | control-plane CPU / baseline | operator writes per VM (min {}) | idle writes/min | peak RSS | CPU |",
         baseline::operator_minimum("create") + baseline::operator_minimum("delete")
     );
     let _ = writeln!(
         md,
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in results {
         let writes = r.writes_per_vm("create") + r.writes_per_vm("delete");
         let _ = writeln!(
             md,
-            "| {} | {:.1} s | {:.1} s | {:.1} s | {:.1} s | {} | {} | {:.2} | {:.1} | {:.1} MiB | {:.1} s |",
+            "| {} | {} | {:.1} s | {:.1} s | {:.1} s | {:.1} s | {} | {} | {} | {:.2} | {:.1} | {:.1} MiB | {:.1} s |",
             r.n,
-            r.ready.seconds,
-            r.gone.seconds,
+            r.pairs.len().max(1),
+            r.ready_seconds(),
+            r.gone_seconds(),
             r.baseline_ready(),
             r.baseline_gone(),
-            ratio(r.ready.seconds, r.baseline_ready()),
-            ratio(r.gone.seconds, r.baseline_gone()),
+            times(r.ready_ratio()),
+            times(r.gone_ratio()),
+            r.cpu_ratio().map_or("–".to_owned(), times),
             writes,
             r.idle_writes_per_minute(),
             r.proc_end.peak_rss_mib,
             r.proc_end.cpu_seconds,
         );
     }
-    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "\nTimes and ratios are medians over the pairs (a ratio is each pair's own, then the \
+         median of those). Writes, idle writes, RSS and CPU are the first pair's.\n"
+    );
     write_targets(&mut md, results);
     write_setup(&mut md, results);
     write_minimum(&mut md);
@@ -215,7 +116,7 @@ fn write_targets(md: &mut String, results: &[SizeResult]) {
     let writes = r.writes_per_vm("create") + r.writes_per_vm("delete");
     let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
     let rss_ok = r.proc_end.peak_rss_mib < 150.0;
-    let time = r.ready.seconds / r.baseline_ready().max(f64::MIN_POSITIVE);
+    let time = r.ready_ratio();
     let _ = writeln!(md, "| target | measured (N = {}) | |", r.n);
     let _ = writeln!(md, "|---|---|---|");
     let _ = writeln!(
@@ -229,10 +130,11 @@ fn write_targets(md: &mut String, results: &[SizeResult]) {
     );
     let _ = writeln!(
         md,
-        "| all Ready within 1.5× the baseline | {time:.2}× ({:.1} s vs {:.1} s{}) | {} |",
-        r.ready.seconds,
+        "| all Ready within 1.5× the baseline | {} ({:.1} s vs {:.1} s, medians{}) | {} |",
+        times(time),
+        r.ready_seconds(),
         r.baseline_ready(),
-        r.baseline_runs(|b| b.ready.seconds),
+        r.each_pair(Pair::ready_ratio),
         verdict(time <= 1.5)
     );
     let _ = writeln!(
@@ -295,21 +197,37 @@ fn write_setup(md: &mut String, results: &[SizeResult]) {
     );
     let _ = writeln!(
         md,
-        "- Baseline: before the operator starts, a plain kube client (no rate limit) performs \
-         exactly the minimal writes below for N VirtualMachines in another namespace of the \
-         same apiserver, one dependent chain per VM, {} chains at once. Its times are the \
-         floor the operator's are compared with.{}\n",
-        r.concurrency,
-        if r.baseline_after.is_some() {
-            " It runs again, in a third namespace, once the operator has stopped, and the floor \
-             is the mean of the two: the same baseline costs more CPU later in a run (29 % more \
-             ten minutes later at N = 10,000 on 2026-11-30), so a floor measured only before \
-             the operator, which runs second, favours the baseline; the mean of runs on either \
-             side of the operator's cancels a steady drift."
-        } else {
-            ""
-        }
+        "- Baseline: a plain kube client (no rate limit) performs exactly the minimal writes \
+         below for N VirtualMachines, one dependent chain per VM, {} chains at once, with no \
+         operator running. Its times are the floor the operator's are compared with.",
+        r.concurrency
     );
+    if r.pairs.is_empty() {
+        let _ = writeln!(
+            md,
+            "- This result predates pairs: the baseline ran on the operator's control plane, \
+             in another namespace, before the operator{}.\n",
+            if r.baseline_after.is_some() {
+                " and again after it (the floor is the mean of the two)"
+            } else {
+                ""
+            }
+        );
+    } else {
+        let _ = writeln!(
+            md,
+            "- Pairs: each pair is one baseline run and one operator run, each on a fresh \
+             control plane of the same build and flags (audit log included), so that neither \
+             inherits the other's etcd history, watch cache or apiserver heap: on one shared \
+             control plane the same baseline cost 29 % more CPU when run after the operator \
+             than before it (N = 10,000, 2026-11-30), which biased the floor. Pairs alternate \
+             which side runs first. Only the first pair's operator run has the idle window and \
+             the request counts.\n\
+             - Control-plane CPU is `utime + stime` of kube-apiserver and etcd from the first \
+             create to all Ready: the work each side's requests cost the shared control plane, \
+             which stays comparable when the machine's load varies, unlike wall time.\n"
+        );
+    }
 }
 
 fn write_minimum(md: &mut String) {
@@ -378,16 +296,22 @@ fn write_size(md: &mut String, out: &Path, date: &str, r: &SizeResult) -> anyhow
     let _ = writeln!(md, "![Ready VirtualMachines over time, N = {n}]({chart})\n");
     let _ = writeln!(
         md,
-        "All Ready after {:.1} s (baseline {:.1} s{}), all gone {:.1} s after the deletes began \
+        "First pair: all Ready after {:.1} s (baseline {:.1} s{}), all gone {:.1} s after the deletes began \
          (baseline {:.1} s{}). Operator at the end: peak RSS {:.1} MiB (RSS {:.1} MiB when all \
          were Ready), {:.1} CPU seconds ({:.1} by the time all were Ready). The operator's own \
          write counter: {}.\n",
         r.ready.seconds,
-        r.baseline_ready(),
-        r.baseline_runs(|b| b.ready.seconds),
+        r.baseline.ready.seconds,
+        r.baseline_after.as_ref().map_or(String::new(), |b| format!(
+            ", {:.1} s after the operator",
+            b.ready.seconds
+        )),
         r.gone.seconds,
-        r.baseline_gone(),
-        r.baseline_runs(|b| b.gone.seconds),
+        r.baseline.gone.seconds,
+        r.baseline_after.as_ref().map_or(String::new(), |b| format!(
+            ", {:.1} s after the operator",
+            b.gone.seconds
+        )),
         r.proc_end.peak_rss_mib,
         r.proc_ready.rss_mib,
         r.proc_end.cpu_seconds,
@@ -395,6 +319,7 @@ fn write_size(md: &mut String, out: &Path, date: &str, r: &SizeResult) -> anyhow
         r.operator_counted_writes
             .map_or("unavailable".to_owned(), |w| format!("{w:.0}"))
     );
+    write_pairs(md, r);
     let phases = ["startup", "create", "idle", "delete"];
     let keys: BTreeSet<String> = phases
         .iter()
@@ -464,6 +389,52 @@ fn write_size(md: &mut String, out: &Path, date: &str, r: &SizeResult) -> anyhow
         baseline::MINIMUM.len()
     );
     Ok(())
+}
+
+fn write_pairs(md: &mut String, r: &SizeResult) {
+    if r.pairs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "| pair | first | all Ready | baseline | ratio | all gone | baseline | ratio | control-plane CPU to Ready | baseline | ratio |"
+    );
+    let _ = writeln!(
+        md,
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for (i, p) in r.pairs.iter().enumerate() {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.1} s | {:.1} s | {} | {:.1} s | {:.1} s | {} | {:.1} s | {:.1} s | {} |",
+            i + 1,
+            if p.operator_first {
+                "operator"
+            } else {
+                "baseline"
+            },
+            p.ready_seconds,
+            p.baseline_ready_seconds,
+            times(p.ready_ratio()),
+            p.gone_seconds,
+            p.baseline_gone_seconds,
+            times(p.gone_ratio()),
+            p.control_plane_cpu_ready,
+            p.baseline_control_plane_cpu_ready,
+            times(p.cpu_ratio()),
+        );
+    }
+    let _ = writeln!(
+        md,
+        "| **median** | | {:.1} s | {:.1} s | {} | {:.1} s | {:.1} s | {} | | | {} |\n",
+        r.ready_seconds(),
+        r.baseline_ready(),
+        times(r.ready_ratio()),
+        r.gone_seconds(),
+        r.baseline_gone(),
+        times(r.gone_ratio()),
+        r.cpu_ratio().map_or("–".to_owned(), times),
+    );
 }
 
 /// Peak RSS at N = 10,000 extrapolated linearly from the smallest and largest sizes

@@ -254,6 +254,17 @@ impl ControlPlane {
     }
 }
 
+impl ControlPlane {
+    /// The process id of `component`, e.g. to read its CPU time from `/proc`; `None` once
+    /// the control plane has been shut down. A simulated [`crash`](Self::crash) changes it.
+    pub fn pid(&self, component: Component) -> Option<u32> {
+        teardown::lock(&self.running)
+            .as_mut()?
+            .process_mut(component.process_name())
+            .map(|p| p.pid())
+    }
+}
+
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         teardown::shutdown(&self.running);

@@ -21,7 +21,7 @@ pub enum Component {
 }
 
 impl Component {
-    fn process_name(self) -> &'static str {
+    pub(crate) fn process_name(self) -> &'static str {
         match self {
             Self::Etcd => ETCD,
             Self::KubeApiServer => KUBE_APISERVER,

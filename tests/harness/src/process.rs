@@ -78,6 +78,11 @@ impl ManagedProcess {
         &self.name
     }
 
+    /// The operating system's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `Some(status)` once the process has exited.
     pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
