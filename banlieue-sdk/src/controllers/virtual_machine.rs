@@ -30,6 +30,7 @@ use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
 use crate::build::{self, machine_kind};
 use crate::conditions;
 use crate::scheduling::{self, Decision, Sibling, Target};
+use crate::status::machine::DELETE_FAILED;
 use crate::status::virtual_machine::{Infra, Input, Migration, Scheduling, compute, worth_writing};
 
 const NAME: &str = "virtualmachine";
@@ -498,6 +499,8 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             if !e.deleting {
                 infra::delete(ctx, &namespace, e).await?;
                 ctx.metrics.wrote(NAME);
+            } else if delete_failed(e) {
+                report_deleting(vm, ctx, e).await?;
             }
         }
     }
@@ -523,6 +526,36 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         }
     }
     Ok(Action::await_change())
+}
+
+/// Whether the backend refused to delete `machine`'s VM (its `Ready` says why).
+fn delete_failed(machine: &Existing) -> bool {
+    machine
+        .status
+        .as_ref()
+        .and_then(|s| conditions::get(&s.conditions, conditions::types::READY))
+        .is_some_and(|c| c.reason == DELETE_FAILED)
+}
+
+/// Mirrors a refused delete into the VM's status (`InfrastructureReady`, phase
+/// `Deleting`), so that a VM stuck deleting says why. Only then: a delete that goes
+/// through costs no VM status write.
+async fn report_deleting(
+    vm: &VirtualMachine,
+    ctx: &Context,
+    machine: &Existing,
+) -> Result<(), Error> {
+    let Some(placement) = vm.status.as_ref().and_then(|s| s.placement.as_ref()) else {
+        return Ok(());
+    };
+    let outcome = Outcome {
+        scheduling: Scheduling::Placed(placement),
+        migration: None,
+        waiting: None,
+    };
+    write_status(vm, ctx, &outcome, Some(machine))
+        .await
+        .map(drop)
 }
 
 /// The infra machine kinds `vm` can have: the one its status references and the one
@@ -571,7 +604,7 @@ async fn write_status(
         }),
         migration: outcome.migration,
         waiting: outcome.waiting,
-        deleting: false,
+        deleting: vm.meta().deletion_timestamp.is_some(),
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let uid = vm.uid().unwrap_or_default();

@@ -5,7 +5,8 @@
 //! (`ProviderNotFound`, `ProviderNotReady`, `BootstrapDataNotFound`, ...); a transient
 //! backend reason (`Unreachable`, ...) while banlieue retries; and **`TerminalFailure`**
 //! (message `<backend reason>: <backend message>`) when retrying cannot help until the
-//! spec or the backend changes.
+//! spec or the backend changes; **`DeleteFailed`** (same message) while the backend
+//! refuses to delete the VM of a machine being deleted, which keeps its finalizer.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -17,6 +18,9 @@ use crate::conditions::{self, Desired, Status, types};
 /// The `Ready` reason of a terminal backend failure (CAPI's "terminal failure" rule).
 pub const TERMINAL_FAILURE: &str = "TerminalFailure";
 
+/// The `Ready` reason while the backend refuses to delete a deleted machine's VM.
+pub const DELETE_FAILED: &str = "DeleteFailed";
+
 /// What the machine controller learned in one reconcile.
 #[derive(Clone, Copy, Debug)]
 pub enum Outcome<'a> {
@@ -24,6 +28,9 @@ pub enum Outcome<'a> {
     Observed(&'a MachineObservation),
     /// The backend failed.
     Failed(&'a BackendError),
+    /// The machine is being deleted and the backend failed to delete its VM (retried,
+    /// transient or not: the finalizer holds until the VM is gone).
+    DeleteFailed(&'a BackendError),
     /// Something the machine needs is not there yet.
     Waiting {
         /// CamelCase reason.
@@ -117,6 +124,13 @@ pub fn compute(
             set(
                 &mut status,
                 Desired::new(types::READY, Status::False, &reason).message(&message),
+            );
+        }
+        Outcome::DeleteFailed(error) => {
+            let message = format!("{}: {}", error.reason, error.message);
+            set(
+                &mut status,
+                Desired::new(types::READY, Status::False, DELETE_FAILED).message(&message),
             );
         }
         Outcome::Waiting { reason, message } => {
@@ -250,6 +264,33 @@ mod tests {
                 .message
                 .contains("TemplateNotFound: no template")
         );
+    }
+
+    #[test]
+    fn a_refused_delete_says_why_whatever_its_class() {
+        let s = compute(
+            None,
+            PowerState::PoweredOn,
+            Some(1),
+            Outcome::Observed(&running()),
+            &now(1),
+        );
+        for error in [
+            BackendError::transient("Unreachable", "connection reset"),
+            BackendError::terminal("PermissionDenied", "VM.Allocate on /vms/100"),
+        ] {
+            let d = compute(
+                Some(&s),
+                PowerState::PoweredOn,
+                Some(1),
+                Outcome::DeleteFailed(&error),
+                &now(2),
+            );
+            assert_eq!(ready(&d), ("False", DELETE_FAILED));
+            let message = &conditions::get(&d.conditions, "Ready").unwrap().message;
+            assert_eq!(*message, format!("{}: {}", error.reason, error.message));
+            assert_eq!(d.addresses, s.addresses, "what was observed stays");
+        }
     }
 
     #[test]

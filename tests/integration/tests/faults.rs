@@ -19,6 +19,7 @@ use banlieue_integration_tests::apply;
 use banlieue_integration_tests::fixtures::sim_provider;
 use banlieue_integration_tests::operator::{Operator, wait_for, wait_gone};
 use banlieue_sdk::api::infra::libvirt::LibvirtMachine;
+use banlieue_sdk::api::virtual_machine::VirtualMachinePhase;
 use banlieue_sdk::api::{Provider, VirtualMachine};
 use banlieue_testenv::TestNamespace;
 use fault_support::{backoff_bound, condition_of, is_ready, seed, spacing_report};
@@ -314,6 +315,32 @@ async fn a_persistent_delete_fault_backs_off_keeps_the_finalizer_and_heals() {
         .await
         .expect("the finalizer holds the machine");
     assert!(machine.metadata.deletion_timestamp.is_some());
+    let ready = condition_of(machine.status.as_ref().map(|s| &s.conditions[..]), "Ready");
+    assert!(
+        ready.is_some_and(|c| c.status == "False"
+            && c.reason == "DeleteFailed"
+            && c.message.starts_with("SimulatedFault: ")),
+        "seed {seed}: the machine says why it is stuck: {ready:?}"
+    );
+    let vm = vms.get("v").await.expect("the VM waits for its machine");
+    let status = vm.status.as_ref();
+    let infra_ready = condition_of(status.map(|s| &s.conditions[..]), "InfrastructureReady");
+    assert!(
+        infra_ready.is_some_and(
+            |c| c.reason == "DeleteFailed" && c.message.starts_with("SimulatedFault: ")
+        ),
+        "seed {seed}: the VM says why it is stuck: {infra_ready:?}"
+    );
+    let vm_ready = condition_of(status.map(|s| &s.conditions[..]), "Ready");
+    assert!(
+        vm_ready.is_some_and(|c| c.status == "False" && c.reason == "Deleting"),
+        "seed {seed}: {vm_ready:?}"
+    );
+    assert_eq!(
+        status.and_then(|s| s.phase),
+        Some(VirtualMachinePhase::Deleting),
+        "seed {seed}"
+    );
 
     set_settings(&ns, json!({})).await;
     wait_gone(&vms, "v", WAIT).await;

@@ -123,7 +123,8 @@ pub struct MachineStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_ref: Option<String>,
     /// `Ready` always; `Paused` while paused. A terminal failure is `Ready=False` with
-    /// reason `TerminalFailure` (see the API reference).
+    /// reason `TerminalFailure` (see the API reference); a delete the backend refused,
+    /// `Ready=False` with reason `DeleteFailed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

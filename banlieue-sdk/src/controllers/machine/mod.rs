@@ -396,17 +396,13 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
         .await;
         return Ok(Action::await_change());
     };
-    let backend = ctx
-        .backends
-        .for_provider(&ctx.client, &provider)
-        .await
-        .map_err(|u| Error::Backend(BackendError::transient(u.reason, u.message)))?;
-    match backend
-        .delete(&identity(machine))
-        .await
-        .map_err(Error::Backend)?
-    {
-        Deletion::Gone => {
+    let deleted = match ctx.backends.for_provider(&ctx.client, &provider).await {
+        Ok(backend) => backend.delete(&identity(machine)).await,
+        Err(u) => Err(BackendError::transient(u.reason, u.message)),
+    };
+    match deleted {
+        Err(error) => delete_failed(machine, ctx, error).await,
+        Ok(Deletion::Gone) => {
             ipam::release(machine, ctx).await?;
             ctx.written
                 .machines
@@ -414,8 +410,30 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
             ctx.succeeded(&key_of(machine));
             Ok(Action::await_change())
         }
-        Deletion::InProgress { retry_after } => Err(Error::DeletionInProgress(retry_after)),
+        Ok(Deletion::InProgress { retry_after }) => Err(Error::DeletionInProgress(retry_after)),
     }
+}
+
+/// The backend did not delete the VM: the machine's `Ready` condition says why (a
+/// machine stuck deleting must explain itself), and the delete is retried with backoff,
+/// even after a terminal error, since the finalizer must not go while the VM may exist.
+async fn delete_failed<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    error: BackendError,
+) -> Result<Action, Error> {
+    write_status(machine, ctx, Outcome::DeleteFailed(&error), None).await?;
+    if !error.is_transient() {
+        ctx.event(
+            machine,
+            EventType::Warning,
+            &error.reason,
+            "Delete",
+            error.message.clone(),
+        )
+        .await;
+    }
+    Err(Error::Backend(error))
 }
 
 async fn read_bootstrap<K: Machine>(
