@@ -182,6 +182,11 @@ mod tests {
         }
     }
 
+    /// The status after `outcome` at second `at`, for a powered-on machine of generation 1.
+    fn on(previous: Option<&MachineStatus>, outcome: Outcome<'_>, at: i64) -> MachineStatus {
+        compute(previous, PowerState::PoweredOn, Some(1), outcome, &now(at))
+    }
+
     fn ready(status: &MachineStatus) -> (&str, &str) {
         let c = conditions::get(&status.conditions, "Ready").unwrap();
         (c.status.as_str(), c.reason.as_str())
@@ -199,64 +204,25 @@ mod tests {
             power_state: None,
             ..Default::default()
         };
-        let s1 = compute(
-            None,
-            PowerState::PoweredOn,
-            Some(1),
-            Outcome::Observed(&creating),
-            &now(1),
-        );
+        let s1 = on(None, Outcome::Observed(&creating), 1);
         assert_eq!(ready(&s1), ("False", "Creating"));
         assert_eq!(s1.initialization.as_ref().unwrap().provisioned, Some(false));
-        let s2 = compute(
-            Some(&s1),
-            PowerState::PoweredOn,
-            Some(1),
-            Outcome::Observed(&running()),
-            &now(2),
-        );
+        let s2 = on(Some(&s1), Outcome::Observed(&running()), 2);
         assert_eq!(ready(&s2), ("True", "Ready"));
         assert_eq!(s2.initialization.as_ref().unwrap().provisioned, Some(true));
         assert_eq!(s2.addresses.len(), 1);
-        assert_eq!(
-            compute(
-                Some(&s2),
-                PowerState::PoweredOn,
-                Some(1),
-                Outcome::Observed(&running()),
-                &now(9)
-            ),
-            s2
-        );
+        assert_eq!(on(Some(&s2), Outcome::Observed(&running()), 9), s2);
     }
 
     #[test]
     fn provisioned_never_flips_back_and_errors_are_classified() {
-        let s = compute(
-            None,
-            PowerState::PoweredOn,
-            Some(1),
-            Outcome::Observed(&running()),
-            &now(1),
-        );
+        let s = on(None, Outcome::Observed(&running()), 1);
         let transient = BackendError::transient("Unreachable", "connection reset");
-        let s = compute(
-            Some(&s),
-            PowerState::PoweredOn,
-            Some(1),
-            Outcome::Failed(&transient),
-            &now(2),
-        );
+        let s = on(Some(&s), Outcome::Failed(&transient), 2);
         assert_eq!(ready(&s), ("False", "Unreachable"));
         assert_eq!(s.initialization.as_ref().unwrap().provisioned, Some(true));
         let terminal = BackendError::terminal("TemplateNotFound", "no template ubuntu");
-        let s = compute(
-            Some(&s),
-            PowerState::PoweredOn,
-            Some(1),
-            Outcome::Failed(&terminal),
-            &now(3),
-        );
+        let s = on(Some(&s), Outcome::Failed(&terminal), 3);
         assert_eq!(ready(&s), ("False", TERMINAL_FAILURE));
         assert!(
             conditions::get(&s.conditions, "Ready")
@@ -268,24 +234,12 @@ mod tests {
 
     #[test]
     fn a_refused_delete_says_why_whatever_its_class() {
-        let s = compute(
-            None,
-            PowerState::PoweredOn,
-            Some(1),
-            Outcome::Observed(&running()),
-            &now(1),
-        );
+        let s = on(None, Outcome::Observed(&running()), 1);
         for error in [
             BackendError::transient("Unreachable", "connection reset"),
             BackendError::terminal("PermissionDenied", "VM.Allocate on /vms/100"),
         ] {
-            let d = compute(
-                Some(&s),
-                PowerState::PoweredOn,
-                Some(1),
-                Outcome::DeleteFailed(&error),
-                &now(2),
-            );
+            let d = on(Some(&s), Outcome::DeleteFailed(&error), 2);
             assert_eq!(ready(&d), ("False", DELETE_FAILED));
             let message = &conditions::get(&d.conditions, "Ready").unwrap().message;
             assert_eq!(*message, format!("{}: {}", error.reason, error.message));

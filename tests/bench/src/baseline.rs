@@ -125,34 +125,34 @@ pub struct Baseline {
     pub gone: Curve,
 }
 
-/// Runs the minimal create flow for `n` VirtualMachines in namespace `ns`: the curve of
-/// VirtualMachines whose VM status write is done.
-pub async fn create(
-    client: &Client,
-    ns: &str,
-    n: usize,
-    concurrency: usize,
-) -> anyhow::Result<Curve> {
-    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
-    let machines: Api<LibvirtMachine> = Api::namespaced(client.clone(), ns);
-    drive(n, concurrency, |i| {
-        create_chain(vms.clone(), machines.clone(), i)
-    })
-    .await
+/// One half of the minimal flow.
+#[derive(Clone, Copy, Debug)]
+pub enum Flow {
+    /// Create `n` VirtualMachines and take each to Ready; the curve counts VMs whose VM
+    /// status write is done.
+    Create,
+    /// Delete the `n` VirtualMachines `Create` made; the curve counts VMs gone.
+    Delete,
 }
 
-/// Runs the minimal delete flow for the `n` VirtualMachines [`create`] made: the curve of
-/// VirtualMachines gone.
-pub async fn delete(
+/// Runs `flow` for `n` VirtualMachines in namespace `ns`, `concurrency` chains at once.
+pub async fn run(
     client: &Client,
     ns: &str,
     n: usize,
     concurrency: usize,
+    flow: Flow,
 ) -> anyhow::Result<Curve> {
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
     let machines: Api<LibvirtMachine> = Api::namespaced(client.clone(), ns);
     drive(n, concurrency, |i| {
-        delete_chain(vms.clone(), machines.clone(), i)
+        let (vms, machines) = (vms.clone(), machines.clone());
+        async move {
+            match flow {
+                Flow::Create => create_chain(vms, machines, i).await,
+                Flow::Delete => delete_chain(vms, machines, i).await,
+            }
+        }
     })
     .await
 }

@@ -36,7 +36,7 @@ use http::{HeaderName, HeaderValue};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 
-use crate::baseline::Baseline;
+use crate::baseline::{Baseline, Flow};
 use crate::measure::{BENCH_USER_AGENT, Phase, ProcSample, RequestCounts};
 use crate::operator::Operator;
 use crate::result::{Pair, SizeResult};
@@ -332,9 +332,9 @@ async fn run_baseline(args: &Args, n: usize) -> anyhow::Result<BaselineRun> {
     let t_start = Timestamp::now();
     workload::namespace(&plane.client, "baseline").await?;
     let cpu_before = plane.cpu_seconds()?;
-    let ready = baseline::create(&plane.client, "baseline", n, args.concurrency).await?;
+    let ready = baseline::run(&plane.client, "baseline", n, args.concurrency, Flow::Create).await?;
     let control_plane_cpu_ready = plane.cpu_seconds()? - cpu_before;
-    let gone = baseline::delete(&plane.client, "baseline", n, args.concurrency).await?;
+    let gone = baseline::run(&plane.client, "baseline", n, args.concurrency, Flow::Delete).await?;
     let phases = [Phase {
         name: "baseline",
         start: t_start,
