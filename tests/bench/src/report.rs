@@ -206,12 +206,7 @@ fn write_setup(md: &mut String, results: &[SizeResult]) {
         let _ = writeln!(
             md,
             "- This result predates pairs: the baseline ran on the operator's control plane, \
-             in another namespace, before the operator{}.\n",
-            if r.baseline_after.is_some() {
-                " and again after it (the floor is the mean of the two)"
-            } else {
-                ""
-            }
+             in another namespace, before the operator.\n"
         );
     } else {
         let _ = writeln!(
@@ -296,22 +291,14 @@ fn write_size(md: &mut String, out: &Path, date: &str, r: &SizeResult) -> anyhow
     let _ = writeln!(md, "![Ready VirtualMachines over time, N = {n}]({chart})\n");
     let _ = writeln!(
         md,
-        "First pair: all Ready after {:.1} s (baseline {:.1} s{}), all gone {:.1} s after the deletes began \
-         (baseline {:.1} s{}). Operator at the end: peak RSS {:.1} MiB (RSS {:.1} MiB when all \
+        "First pair: all Ready after {:.1} s (baseline {:.1} s), all gone {:.1} s after the deletes began \
+         (baseline {:.1} s). Operator at the end: peak RSS {:.1} MiB (RSS {:.1} MiB when all \
          were Ready), {:.1} CPU seconds ({:.1} by the time all were Ready). The operator's own \
          write counter: {}.\n",
         r.ready.seconds,
         r.baseline.ready.seconds,
-        r.baseline_after.as_ref().map_or(String::new(), |b| format!(
-            ", {:.1} s after the operator",
-            b.ready.seconds
-        )),
         r.gone.seconds,
         r.baseline.gone.seconds,
-        r.baseline_after.as_ref().map_or(String::new(), |b| format!(
-            ", {:.1} s after the operator",
-            b.gone.seconds
-        )),
         r.proc_end.peak_rss_mib,
         r.proc_ready.rss_mib,
         r.proc_end.cpu_seconds,

@@ -33,10 +33,6 @@ pub struct SizeResult {
     pub idle_seconds: f64,
     /// The minimal-writes client's timings (first pair).
     pub baseline: Baseline,
-    /// Older results only: the baseline run again on the operator's control plane once
-    /// the operator had stopped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline_after: Option<Baseline>,
     /// Every baseline/operator pair, each run on a fresh control plane (empty in older
     /// results, which ran both on one).
     #[serde(default)]
@@ -130,17 +126,17 @@ impl SizeResult {
             .unwrap_or(self.gone.seconds)
     }
 
-    /// The baseline's time to all Ready: the median over the pairs (older results: the
-    /// mean of the runs before and after the operator's, or the one before).
+    /// The baseline's time to all Ready: the median over the pairs (older results: their
+    /// one baseline run).
     pub fn baseline_ready(&self) -> f64 {
         self.over_pairs(|p| p.baseline_ready_seconds)
-            .unwrap_or_else(|| self.older_baseline_mean(|b| b.ready.seconds))
+            .unwrap_or(self.baseline.ready.seconds)
     }
 
     /// The baseline's time to all gone, as [`baseline_ready`](Self::baseline_ready).
     pub fn baseline_gone(&self) -> f64 {
         self.over_pairs(|p| p.baseline_gone_seconds)
-            .unwrap_or_else(|| self.older_baseline_mean(|b| b.gone.seconds))
+            .unwrap_or(self.baseline.gone.seconds)
     }
 
     /// Time to all Ready as a multiple of the baseline's: the median of the pairs' ratios.
@@ -159,13 +155,6 @@ impl SizeResult {
     /// pairs' ratios; `None` for older results, which did not measure it.
     pub fn cpu_ratio(&self) -> Option<f64> {
         self.over_pairs(Pair::cpu_ratio)
-    }
-
-    fn older_baseline_mean(&self, of: impl Fn(&Baseline) -> f64) -> f64 {
-        match &self.baseline_after {
-            Some(after) => f64::midpoint(of(&self.baseline), of(after)),
-            None => of(&self.baseline),
-        }
     }
 
     /// `; pairs 1.41×, 1.38×, 1.52×` when more than one pair ran, from each pair's
@@ -251,16 +240,12 @@ mod tests {
     }
 
     #[test]
-    fn older_results_use_the_baselines_around_the_operator() {
+    fn older_results_use_their_one_baseline() {
         let mut result = SizeResult::default();
-        result.ready.seconds = 290.0;
+        result.ready.seconds = 270.0;
         result.baseline.ready.seconds = 180.0;
         assert_eq!(result.baseline_ready(), 180.0);
-        let mut after = Baseline::default();
-        after.ready.seconds = 400.0;
-        result.baseline_after = Some(after);
-        assert_eq!(result.baseline_ready(), 290.0);
-        assert_eq!(result.ready_ratio(), 1.0);
+        assert_eq!(result.ready_ratio(), 1.5);
         assert_eq!(result.cpu_ratio(), None);
         assert_eq!(result.each_pair(Pair::ready_ratio), "");
     }
