@@ -121,6 +121,17 @@ impl ChBackend {
             .unwrap_or_else(inventory::host_name)
     }
 
+    /// The machine's directory. It is named after the UID of the object that created
+    /// it, which `spec.providerID` (`cloud-hypervisor://<that UID>`) keeps once set: a
+    /// moved or restored object (new UID) finds the same VM.
+    fn dir_of(&self, identity: &MachineIdentity) -> Result<VmDir, BackendError> {
+        let key = identity.provider_id_for("cloud-hypervisor")?;
+        VmDir::new(
+            &self.settings.state_dir,
+            key.as_deref().unwrap_or(&identity.uid),
+        )
+    }
+
     fn client(&self, dir: &VmDir) -> VmmClient {
         VmmClient::new(dir.socket(), self.settings.api_timeout)
     }
@@ -534,11 +545,19 @@ impl Backend for ChBackend {
 
     async fn ensure(&self, request: &MachineRequest) -> Result<MachineObservation, BackendError> {
         let spec = spec_of(request)?;
-        let dir = VmDir::new(&self.settings.state_dir, &request.identity.uid)?;
+        let dir = self.dir_of(&request.identity)?;
         let _guard = lock(dir.path()).await;
-        let mut record = match dir.load()? {
-            Some(record) => record,
-            None => prepare::prepare(request, spec, &dir, self.settings.qcow2_overlay).await?,
+        let mut record = match (dir.load()?, &request.identity.provider_id) {
+            (Some(record), _) => record,
+            (None, Some(provider_id)) => {
+                return Err(BackendError::machine_missing(
+                    provider_id,
+                    format!("Cloud Hypervisor host {}", self.host()),
+                ));
+            }
+            (None, None) => {
+                prepare::prepare(request, spec, &dir, self.settings.qcow2_overlay).await?
+            }
         };
         match spec.power_state {
             PowerState::PoweredOff => self.stop(&dir, &mut record, spec).await,
@@ -550,7 +569,7 @@ impl Backend for ChBackend {
         &self,
         identity: &MachineIdentity,
     ) -> Result<Option<MachineObservation>, BackendError> {
-        let dir = VmDir::new(&self.settings.state_dir, &identity.uid)?;
+        let dir = self.dir_of(identity)?;
         let Some(record) = dir.load()? else {
             return Ok(None);
         };
@@ -571,7 +590,7 @@ impl Backend for ChBackend {
     }
 
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
-        let dir = VmDir::new(&self.settings.state_dir, &identity.uid)?;
+        let dir = self.dir_of(identity)?;
         let _guard = lock(dir.path()).await;
         let partial = dir.partial();
         if partial.exists() {

@@ -118,6 +118,7 @@ mod tests {
             uid: "u-1".into(),
             namespace: "ns".into(),
             name: "web-1".into(),
+            provider_id: None,
         };
         let bootstrap = BootstrapData {
             format: BootstrapFormat::CloudConfig,

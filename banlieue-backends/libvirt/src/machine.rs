@@ -21,9 +21,22 @@ use crate::domain::{
 use crate::error::{classify, is_not_found};
 use crate::{inventory, seed, volumes};
 
-/// `libvirt://<domain UUID>` (the UUID is the infra object's UID).
+/// `libvirt://<domain UUID>` (the UUID is the UID of the infra object that created it).
 pub fn provider_id(uid: &str) -> String {
     format!("libvirt://{uid}")
+}
+
+/// The identity the domain and its volumes carry. A domain's UUID cannot change, so
+/// once `spec.providerID` is set its UUID is the key: a moved or restored object (new
+/// UID, same providerID) finds the same domain and volumes. Before that, the UID.
+fn keyed(id: &MachineIdentity) -> Result<MachineIdentity, BackendError> {
+    Ok(match id.provider_id_for("libvirt")? {
+        Some(uuid) => MachineIdentity {
+            uid: uuid,
+            ..id.clone()
+        },
+        None => id.clone(),
+    })
 }
 
 /// libvirt wants a UUID; Kubernetes UIDs are UUIDs.
@@ -80,12 +93,16 @@ pub fn ensure(
     request: &MachineRequest,
 ) -> Result<MachineObservation, BackendError> {
     let spec = spec_of(request)?;
-    let id = &request.identity;
+    let id = &keyed(&request.identity)?;
     check_uid(&id.uid)?;
     let conn = client.conn()?;
-    match find(&conn, &id.uid)? {
-        Some(dom) => power(client, &conn, &dom, id, spec),
-        None => create(client, &conn, request, spec),
+    match (find(&conn, &id.uid)?, &request.identity.provider_id) {
+        (Some(dom), _) => power(client, &conn, &dom, id, spec),
+        (None, Some(provider_id)) => Err(BackendError::machine_missing(
+            provider_id,
+            format!("libvirt host {:?}", conn.hostname().unwrap_or_default()),
+        )),
+        (None, None) => create(client, &conn, request, spec),
     }
 }
 
@@ -327,6 +344,7 @@ pub fn observe(
     client: &Client,
     id: &MachineIdentity,
 ) -> Result<Option<MachineObservation>, BackendError> {
+    let id = &keyed(id)?;
     if check_uid(&id.uid).is_err() {
         return Ok(None);
     }
@@ -341,6 +359,7 @@ pub fn observe(
 /// (the domain's own and any a crashed create left behind). Never deletes a volume
 /// without the UID prefix, such as the image.
 pub fn delete(client: &Client, id: &MachineIdentity) -> Result<Deletion, BackendError> {
+    let id = &keyed(id)?;
     if check_uid(&id.uid).is_err() {
         return Ok(Deletion::Gone);
     }

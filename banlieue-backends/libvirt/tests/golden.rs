@@ -37,6 +37,7 @@ fn identity() -> MachineIdentity {
         uid: UID.into(),
         namespace: "team-a".into(),
         name: "web-1".into(),
+        provider_id: None,
     }
 }
 
@@ -210,6 +211,7 @@ fn hostile_names_stay_inside_their_attributes() {
         uid: UID.into(),
         namespace: "ns".into(),
         name: "x'/><evil/>".into(),
+        provider_id: None,
     };
     let mut spec = spec();
     spec.storage_pool = "p'><x/>".into();

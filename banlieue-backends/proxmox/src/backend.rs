@@ -120,6 +120,8 @@ struct Found {
     vmid: u32,
     lock: Option<String>,
     configured: bool,
+    /// Found by `spec.providerID` under another UID: to be retagged with this one.
+    adopted: bool,
 }
 
 /// A backend connected to one Proxmox VE cluster. Made by [`ProxmoxFactory`]; safe to
@@ -215,7 +217,8 @@ impl ProxmoxBackend {
     }
 
     /// The VM carrying the UID: by its tag, else (not yet configured) by name and
-    /// the UID line of its description.
+    /// the UID line of its description, else (a moved or restored object, whose UID is
+    /// new) by the SMBIOS UUID `spec.providerID` names.
     async fn find(
         &self,
         identity: &MachineIdentity,
@@ -228,6 +231,7 @@ impl ProxmoxBackend {
                 vmid: as_u32(r.get("vmid")?)?,
                 lock: r.get("lock").and_then(Value::as_str).map(str::to_string),
                 configured,
+                adopted: false,
             })
         };
         let not_template = |r: &&Value| r.get("template").and_then(Value::as_i64).unwrap_or(0) != 1;
@@ -263,6 +267,51 @@ impl ProxmoxBackend {
                         .is_some_and(|d| d.contains(&marker)) =>
                 {
                     return Ok(Some(found));
+                }
+                Ok(_) => {}
+                Err(e) if e.is_missing_vm() => {}
+                Err(e) => return Err(pve(e)),
+            }
+        }
+        match identity.provider_id_for("proxmox")? {
+            Some(uuid) => self.find_by_smbios_uuid(&uuid, &name, resources).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The VM whose SMBIOS UUID is `uuid`. `/cluster/resources` does not show it, so
+    /// configs are read: VMs named `name` first (a move keeps the object's name).
+    async fn find_by_smbios_uuid(
+        &self,
+        uuid: &str,
+        name: &str,
+        resources: &[Value],
+    ) -> Result<Option<Found>, BackendError> {
+        let mut candidates: Vec<&Value> = resources
+            .iter()
+            .filter(|r| r.get("template").and_then(Value::as_i64).unwrap_or(0) != 1)
+            .collect();
+        candidates.sort_by_key(|r| r.get("name").and_then(Value::as_str) != Some(name));
+        for r in candidates {
+            let (Some(node), Some(vmid)) = (
+                r.get("node").and_then(Value::as_str),
+                r.get("vmid").and_then(as_u32),
+            ) else {
+                continue;
+            };
+            match self
+                .client
+                .get(&format!("{}/config", vm_path(node, vmid)), &Form::new())
+                .await
+            {
+                Ok(cfg) if config::smbios_uuid(&cfg).as_deref() == Some(uuid) => {
+                    return Ok(Some(Found {
+                        node: node.to_string(),
+                        vmid,
+                        lock: r.get("lock").and_then(Value::as_str).map(str::to_string),
+                        configured: true,
+                        adopted: true,
+                    }));
                 }
                 Ok(_) => {}
                 Err(e) if e.is_missing_vm() => {}
@@ -547,15 +596,19 @@ impl ProxmoxBackend {
             Err(e) if e.is_missing_vm() => return Ok(None),
             Err(e) => return Err(pve(e)),
         };
-        let storage = match seed::attached(&current, &identity.uid) {
-            Some((storage, _)) => storage,
+        let attached =
+            seed::attached(&current, &identity.uid).or_else(|| seed::attached_any(&current));
+        let (storage, volid) = match attached {
+            Some(found) => found,
             // Not attached: an upload that was not followed by the config write.
             None => match self.seed_storage(&found.node).await {
-                Ok(s) => s,
+                Ok(s) => {
+                    let volid = seed::volid(&s, &identity.uid);
+                    (s, volid)
+                }
                 Err(_) => return Ok(None),
             },
         };
-        let volid = seed::volid(&storage, &identity.uid);
         if !self.iso_exists(&found.node, &storage, &volid).await? {
             return Ok(None);
         }
@@ -713,7 +766,14 @@ impl Backend for ProxmoxBackend {
             ));
         }
         let resources = self.resources().await?;
-        let Some(found) = self.find(identity, &resources).await? else {
+        let found = self.find(identity, &resources).await?;
+        if let (None, Some(provider_id)) = (&found, &identity.provider_id) {
+            return Err(BackendError::machine_missing(
+                provider_id,
+                self.client.endpoint(),
+            ));
+        }
+        let Some(found) = found else {
             // Not there: a clone may be in flight (or just failed).
             match self.poll(&identity.uid).await {
                 Ok(Some((kind, upid))) => {
@@ -762,6 +822,21 @@ impl Backend for ProxmoxBackend {
             .get(&format!("{path}/config"), &Form::new())
             .await
             .map_err(pve)?;
+        if found.adopted {
+            self.client
+                .put(
+                    &format!("{path}/config"),
+                    &config::adoption(identity, &current),
+                )
+                .await
+                .map_err(pve)?;
+            info!(uid = %identity.uid, vmid = found.vmid, node = %found.node, "proxmox: adopted (retagged with the new UID)");
+            return Ok(observation(Some(Pending {
+                operation: "Adopting".into(),
+                task: None,
+                retry_after: Duration::from_millis(100),
+            })));
+        }
         if !found.configured {
             if let Some(lock) = &found.lock {
                 return Err(BackendError::transient(

@@ -64,6 +64,28 @@ pub fn split_tags(tags: &str) -> Vec<String> {
         .collect()
 }
 
+/// The tags and description that make a VM found by its provider ID (after
+/// `clusterctl move` or a restore: a new UID) carry its new owner's UID: every other
+/// UID tag is dropped, the rest of the tags kept.
+pub fn adoption(identity: &MachineIdentity, current: &Value) -> Form {
+    let mut tags: Vec<String> = current
+        .get("tags")
+        .and_then(Value::as_str)
+        .map(split_tags)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| !(t.starts_with("banlieue-") && is_uuid(&t["banlieue-".len()..])))
+        .collect();
+    for tag in [MANAGED_TAG.to_string(), uid_tag(&identity.uid)] {
+        if !tags.contains(&tag) {
+            tags.push(tag);
+        }
+    }
+    Form::new()
+        .set("tags", tags.join(";"))
+        .set("description", description(identity))
+}
+
 /// True when the tags (as `/cluster/resources` shows them) carry the UID tag.
 pub fn has_uid_tag(tags: Option<&str>, uid: &str) -> bool {
     let want = uid_tag(uid);
@@ -343,6 +365,7 @@ mod tests {
             uid: UID.into(),
             namespace: "demo".into(),
             name: "Web_1".into(),
+            provider_id: None,
         }
     }
 
@@ -466,6 +489,25 @@ mod tests {
         );
         assert!(form.get("sshkeys").is_none());
         assert!(!format!("{form:?}").contains("ssh-rsa"));
+    }
+
+    #[test]
+    fn adoption_swaps_the_uid_tag_and_keeps_the_others() {
+        let old = "0a1b2c3d-0000-4000-8000-00000000000a";
+        let current = json!({"tags": format!("os;banlieue;banlieue-{old};prod"),
+                             "description": description(&MachineIdentity::new(old, "ns", "m"))});
+        let form = adoption(&identity(), &current);
+        let get = |k: &str| form.get(k).map(str::to_string);
+        assert_eq!(
+            get("tags"),
+            Some(format!(
+                "os;banlieue;prod;banlieue-{}",
+                UID.to_ascii_lowercase()
+            ))
+        );
+        let description = get("description").unwrap();
+        assert!(description.contains(&uid_marker(UID)), "{description}");
+        assert!(!description.contains(old), "{description}");
     }
 
     #[test]

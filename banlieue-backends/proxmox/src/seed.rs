@@ -156,6 +156,19 @@ pub fn attached(current: &Value, uid: &str) -> Option<(String, String)> {
     })
 }
 
+/// The storage and volume ID of whichever banlieue seed the config references: a VM
+/// adopted after `clusterctl move` keeps the seed named after the UID it was created
+/// with.
+pub fn attached_any(current: &Value) -> Option<(String, String)> {
+    current.as_object()?.values().find_map(|v| {
+        let first = v.as_str()?.split(',').next()?;
+        let (storage, volume) = first.split_once(':')?;
+        let file = volume.strip_prefix("iso/")?;
+        (file.starts_with("banlieue-") && file.ends_with("-seed.iso"))
+            .then(|| (storage.to_string(), first.to_string()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +190,7 @@ mod tests {
             uid: UID.into(),
             namespace: "ns".into(),
             name: "web-1".into(),
+            provider_id: None,
         }
     }
 

@@ -111,7 +111,7 @@ proptest! {
         let _ = config::property(&a, &b);
         let _ = config::parse_size(&a);
         let _ = config::smbios1(Some(&a), &uid);
-        let identity = MachineIdentity { uid, namespace: b, name };
+        let identity = MachineIdentity { uid, namespace: b, name, provider_id: None };
         let vm_name = config::vm_name(&identity);
         prop_assert!(!vm_name.contains(char::is_whitespace), "{vm_name:?}");
         let _ = config::description(&identity);

@@ -202,6 +202,18 @@ impl Backend for SimBackend {
         {
             return Ok(observation);
         }
+        if let Some(provider_id) = &identity.provider_id {
+            // A moved or restored object: adopt its machine, never make a second one.
+            if !self.world.adopt(identity, now) {
+                return Err(BackendError::machine_missing(provider_id, self.endpoint()));
+            }
+            return self
+                .world
+                .reconcile(&identity.uid, power, bootstrap, latency, now)
+                .ok_or_else(|| {
+                    BackendError::transient("Conflict", "the machine changed concurrently; retry")
+                });
+        }
 
         let failure_domains: Vec<&str> = match &request.failure_domain {
             Some(name) if self.settings.failure_domain(name).is_some() => vec![name.as_str()],
@@ -277,21 +289,23 @@ impl Backend for SimBackend {
         identity: &MachineIdentity,
     ) -> Result<Option<MachineObservation>, BackendError> {
         self.inject(Call::Observe, Some(&identity.uid))?;
-        Ok(self.world.observe(&identity.uid, Instant::now()))
+        let now = Instant::now();
+        self.world.adopt(identity, now);
+        Ok(self.world.observe(&identity.uid, now))
     }
 
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
         let latency = self.inject(Call::Delete, Some(&identity.uid))?;
-        Ok(
-            match self.world.delete(&identity.uid, latency, Instant::now()) {
-                None => Deletion::Gone,
-                Some(left) => {
-                    debug!(endpoint = self.endpoint(), uid = %identity.uid, "sim: deleting machine");
-                    Deletion::InProgress {
-                        retry_after: left.max(MIN_RETRY_AFTER),
-                    }
+        let now = Instant::now();
+        self.world.adopt(identity, now);
+        Ok(match self.world.delete(&identity.uid, latency, now) {
+            None => Deletion::Gone,
+            Some(left) => {
+                debug!(endpoint = self.endpoint(), uid = %identity.uid, "sim: deleting machine");
+                Deletion::InProgress {
+                    retry_after: left.max(MIN_RETRY_AFTER),
                 }
-            },
-        )
+            }
+        })
     }
 }

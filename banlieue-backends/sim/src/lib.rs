@@ -17,6 +17,11 @@
 //!   endpoints never see each other's machines. Providers that share an endpoint share
 //!   its machines; each applies its own settings to its own calls.
 //! - **Identity.** Machines are keyed by `identity.uid`: `ensure` twice never makes two.
+//!   A request whose `identity.provider_id` is set and whose UID no machine carries (a
+//!   moved or restored object) adopts the machine with that provider ID, re-keyed to
+//!   the new UID; when none has it, `ensure` fails with terminal `BackendVMMissing` and
+//!   creates nothing. A world lives in the process: after a restart of the operator
+//!   that hosts it, its machines are gone and say so.
 //!   A machine gets a provider ID in the scheme its infrastructure kind requires
 //!   (`vsphere://`, `proxmox://`, `libvirt://`, `cloud-hypervisor://`) followed by a
 //!   version-4-shaped UUID that is deterministic per endpoint and creation order, and a
@@ -159,7 +164,7 @@
 //!     "template": "ubuntu", "numCPUs": 2, "memoryMiB": 4096,
 //! })).unwrap();
 //! let request = banlieue_sdk::backend::MachineRequest {
-//!     identity: MachineIdentity { uid: "u-1".into(), namespace: "demo".into(), name: "web-0".into() },
+//!     identity: MachineIdentity { uid: "u-1".into(), namespace: "demo".into(), name: "web-0".into(), provider_id: None },
 //!     spec: banlieue_sdk::backend::MachineSpec::VSphere(spec),
 //!     failure_domain: None,
 //!     bootstrap: None,

@@ -158,6 +158,32 @@ impl World {
         Some(machine.observation(now))
     }
 
+    /// Re-keys the machine whose provider ID is `identity.provider_id` to `identity.uid`
+    /// when no machine carries that UID: its object was moved or restored (a new UID,
+    /// the same `spec.providerID`). True when a machine now carries the UID. A machine
+    /// being deleted is not adopted.
+    pub(crate) fn adopt(&self, identity: &MachineIdentity, now: Instant) -> bool {
+        let mut state = self.lock(now);
+        if state.machines.contains_key(&identity.uid) {
+            return true;
+        }
+        let Some(provider_id) = &identity.provider_id else {
+            return false;
+        };
+        let Some(old) = state
+            .machines
+            .iter()
+            .find(|(_, m)| m.created && m.deleting.is_none() && &m.provider_id == provider_id)
+            .map(|(uid, _)| uid.clone())
+        else {
+            return false;
+        };
+        let mut machine = state.machines.remove(&old).expect("found above");
+        machine.identity = identity.clone();
+        state.machines.insert(identity.uid.clone(), machine);
+        true
+    }
+
     /// Reconciles an existing machine towards `power`; `None` when no machine has `uid`.
     /// A machine being deleted is left alone (its observation shows `Deleting`).
     pub(crate) fn reconcile(

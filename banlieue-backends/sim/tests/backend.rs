@@ -858,3 +858,40 @@ async fn an_empty_uid_is_rejected() {
     let err = backend.ensure(&on("")).await.unwrap_err();
     assert_eq!(err.reason, "InvalidRequest");
 }
+
+#[tokio::test]
+async fn a_new_uid_with_the_provider_id_adopts_the_machine_and_an_unknown_one_creates_nothing() {
+    let sim = SimFactory::new();
+    let endpoint = "sim://adopt";
+    let backend = connect(&sim, endpoint, &[]);
+    let created = backend.ensure(&on("before-move")).await.unwrap();
+    let provider_id = created.provider_id.clone().expect("a provider ID");
+
+    // `clusterctl move`: the same object (same providerID) with a new UID.
+    let mut moved = on("after-move");
+    moved.identity = moved.identity.with_provider_id(&provider_id);
+    let adopted = backend.ensure(&moved).await.unwrap();
+    assert_eq!(adopted.provider_id.as_deref(), Some(provider_id.as_str()));
+    assert_eq!(adopted.backend_ref, created.backend_ref);
+    assert_eq!(uids(&sim.machines(endpoint)), ["after-move"]);
+    assert_eq!(sim.stats(endpoint).machines_created, 1);
+    assert!(backend.observe(&moved.identity).await.unwrap().is_some());
+
+    // A providerID no machine has: nothing is created, the machine says why.
+    let mut lost = on("restored");
+    lost.identity = lost
+        .identity
+        .with_provider_id("vsphere://00000000-0000-4000-8000-000000000000");
+    let error = backend.ensure(&lost).await.unwrap_err();
+    assert_eq!(error.reason, banlieue_sdk::backend::BACKEND_VM_MISSING);
+    assert_eq!(error.class, ErrorClass::Terminal);
+    assert_eq!(sim.stats(endpoint).machines_created, 1);
+    assert_eq!(uids(&sim.machines(endpoint)), ["after-move"]);
+
+    // Deleting the moved object deletes the machine it adopted.
+    assert_eq!(
+        backend.delete(&moved.identity).await.unwrap(),
+        Deletion::Gone
+    );
+    assert!(sim.machines(endpoint).is_empty());
+}

@@ -42,6 +42,7 @@ fn identity() -> MachineIdentity {
         uid: "5b2e6c1a-0d3f-4c8e-9a7b-1f2e3d4c5b6a".into(),
         namespace: "golden".into(),
         name: "golden-1".into(),
+        provider_id: None,
     }
 }
 

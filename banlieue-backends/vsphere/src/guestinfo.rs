@@ -88,6 +88,7 @@ mod tests {
             uid: "7f1c2a5e-0000-4000-8000-000000000001".into(),
             namespace: "ns".into(),
             name: "web-1".into(),
+            provider_id: None,
         }
     }
 

@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+/// Reason of [`BackendError::machine_missing`].
+pub const BACKEND_VM_MISSING: &str = "BackendVMMissing";
+
 /// Whether retrying can help.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorClass {
@@ -46,6 +49,24 @@ impl BackendError {
             message: message.into(),
             retry_after: None,
         }
+    }
+
+    /// The terminal error of a machine whose `spec.providerID` is set but that no
+    /// machine on the backend answers to (reason [`BACKEND_VM_MISSING`]). Backends
+    /// return it instead of creating a machine: the object was moved, restored or
+    /// re-created from one whose VM is gone or lives on another backend, and a second
+    /// VM under the old provider ID would only hide that. `looked` says where it was
+    /// looked for.
+    pub fn machine_missing(provider_id: &str, looked: impl std::fmt::Display) -> Self {
+        Self::terminal(
+            BACKEND_VM_MISSING,
+            format!(
+                "no machine with provider ID {provider_id} on {looked}; banlieue does not \
+                 create a second one under that ID (was it deleted out of band, or does the \
+                 machine point at the wrong Provider?). Delete this object to let its owner \
+                 replace it, or restore the VM"
+            ),
+        )
     }
 
     /// Asks for a retry no sooner than `after`.

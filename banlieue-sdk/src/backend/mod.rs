@@ -57,7 +57,7 @@ mod types;
 
 use async_trait::async_trait;
 
-pub use error::{BackendError, ErrorClass};
+pub use error::{BACKEND_VM_MISSING, BackendError, ErrorClass};
 pub use registry::{BackendFactory, BackendRegistry};
 pub use secret::SecretValue;
 pub use types::*;
@@ -77,15 +77,22 @@ pub trait Backend: Send + Sync {
     /// Makes the machine exist and match the request: creates it if no machine
     /// carries `identity.uid`, else reconciles power. Idempotent; never waits for a
     /// long task (returns [`Pending`] instead).
+    ///
+    /// When `identity.provider_id` is set, the machine is looked for by it first and
+    /// adopted when found under another UID (retagged where the backend keeps the
+    /// UID). When neither finds it, nothing is created:
+    /// [`BackendError::machine_missing`].
     async fn ensure(&self, request: &MachineRequest) -> Result<MachineObservation, BackendError>;
 
-    /// Reads the machine's current state; `None` when no machine carries the UID.
+    /// Reads the machine's current state; `None` when no machine carries the UID (or,
+    /// when set, the provider ID).
     async fn observe(
         &self,
         identity: &MachineIdentity,
     ) -> Result<Option<MachineObservation>, BackendError>;
 
-    /// Deletes the machine carrying the UID (powering it off first if needed).
+    /// Deletes the machine carrying the UID, or the provider ID when set (powering it
+    /// off first if needed).
     /// Deleting a machine that does not exist is `Ok(Deletion::Gone)`.
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError>;
 }

@@ -70,6 +70,13 @@ pub struct FailureDomainInventory {
 
 /// Which machine a request is about. The UID is the key: backends tag the VM with it
 /// so a crash between "created" and "status written" never creates a second VM.
+///
+/// The UID does not survive `clusterctl move` or a restore from backup: the object is
+/// created anew. Its `spec.providerID` does, so once set it is the identity a backend
+/// looks for **first** ([`MachineIdentity::provider_id`]); a machine found by it is
+/// adopted (retagged with the new UID where the backend keeps one), and a machine
+/// that cannot be found by it is never created again: the backend answers
+/// [`BackendError::machine_missing`](super::BackendError::machine_missing).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MachineIdentity {
     /// The infra object's `metadata.uid`.
@@ -78,6 +85,50 @@ pub struct MachineIdentity {
     pub namespace: String,
     /// Its name (a good VM name on the backend, not an identity).
     pub name: String,
+    /// The infra object's `spec.providerID`, once banlieue set it (or a move or a
+    /// restore carried it over): e.g. `vsphere://<BIOS UUID>`.
+    pub provider_id: Option<String>,
+}
+
+impl MachineIdentity {
+    /// An identity with no provider ID yet (a machine not created so far).
+    pub fn new(
+        uid: impl Into<String>,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        Self {
+            uid: uid.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            provider_id: None,
+        }
+    }
+
+    /// The same identity, carrying `provider_id`.
+    pub fn with_provider_id(mut self, provider_id: impl Into<String>) -> Self {
+        self.provider_id = Some(provider_id.into());
+        self
+    }
+
+    /// What follows `<scheme>://` in the provider ID, lowercased: `Ok(None)` when no
+    /// provider ID is set, a terminal `InvalidProviderID` error when it is set with
+    /// another scheme or nothing after it (a machine kind has one scheme).
+    pub fn provider_id_for(&self, scheme: &str) -> Result<Option<String>, super::BackendError> {
+        let Some(id) = &self.provider_id else {
+            return Ok(None);
+        };
+        match id
+            .strip_prefix(scheme)
+            .and_then(|rest| rest.strip_prefix("://"))
+        {
+            Some(rest) if !rest.is_empty() => Ok(Some(rest.to_ascii_lowercase())),
+            _ => Err(super::BackendError::terminal(
+                "InvalidProviderID",
+                format!("spec.providerID {id:?} is not of the form {scheme}://<id>"),
+            )),
+        }
+    }
 }
 
 /// The backend-specific machine spec, as the infra object holds it.

@@ -490,6 +490,13 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         .lock()
         .expect("placement ledger")
         .forget(&uid);
+    if crate::capi::metadata::deleted_for_move(vm.meta()) {
+        // `clusterctl move` recreated the VM, its machine and its bootstrap Secret on
+        // another cluster, whose machine adopts the backend VM by providerID: touch
+        // nothing here, only let go.
+        ctx.written.virtual_machines.forget(&uid);
+        return Ok(Action::await_change());
+    }
     let existing = infra::find(ctx, &namespace, &vm.name_any(), &uid);
     let mut remaining = false;
     for kind in crate::contract::InfraMachineKind::ALL {

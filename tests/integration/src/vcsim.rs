@@ -130,7 +130,7 @@ impl Vcsim {
         answer
     }
 
-    /// Every VM (the template included): name, moref, biosUUID, power, template,
+    /// Every VM (the template included): name, moref, biosUUID, instanceUUID, power, template,
     /// cpus, memoryMB, extraConfig, ip, pool.
     pub fn vms(&self) -> Vec<Value> {
         self.command(json!({"cmd": "vms"}))["vms"]

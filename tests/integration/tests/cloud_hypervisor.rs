@@ -66,6 +66,7 @@ fn request(rig: &ChRig, uid: &str, power: &str, image: Option<Value>) -> Machine
             uid: uid.into(),
             namespace: "ns".into(),
             name: format!("vm-{uid}"),
+            provider_id: None,
         },
         spec: MachineSpec::CloudHypervisor(spec),
         failure_domain: None,

@@ -373,6 +373,7 @@ fn request(uid: &str, name: &str, pool: &str, image: &str) -> MachineRequest {
             uid: uid.into(),
             namespace: "direct".into(),
             name: name.into(),
+            provider_id: None,
         },
         spec: MachineSpec::Libvirt(LibvirtMachineSpec {
             provider_ref: None,
@@ -481,6 +482,7 @@ async fn backend_errors_are_classified_and_delete_sweeps_leftovers() {
         uid: uid.into(),
         namespace: "direct".into(),
         name: "m".into(),
+        provider_id: None,
     };
     assert_eq!(backend.delete(&identity).await.unwrap(), Deletion::Gone);
     assert_eq!(backend.observe(&identity).await.unwrap(), None);

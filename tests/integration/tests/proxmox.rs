@@ -404,6 +404,7 @@ fn request(uid: &str, template: u32) -> MachineRequest {
             uid: uid.into(),
             namespace: "race".into(),
             name: format!("m-{}", &uid[..8]),
+            provider_id: None,
         },
         spec: MachineSpec::Proxmox(spec),
         failure_domain: Some("pve1".into()),

@@ -62,6 +62,7 @@ fn request(uid: &str, template: &str, linked: bool) -> MachineRequest {
             uid: uid.into(),
             namespace: "direct".into(),
             name: format!("m-{}", &uid[..8]),
+            provider_id: None,
         },
         spec: MachineSpec::VSphere(spec),
         failure_domain: Some("DC0/DC0_C1".into()),

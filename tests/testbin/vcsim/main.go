@@ -15,7 +15,7 @@
 // Then it reads one JSON command per line on stdin and answers one JSON line on stdout
 // ({"ok": true, ...} or {"ok": false, "error": "..."}). Commands ("cmd"):
 //
-//	vms                              every VM: name, moref, biosUUID, power, template, cpus, memoryMB, extraConfig, ip, pool, nics, diskKB (the first disk), disksKB
+//	vms                              every VM: name, moref, biosUUID, instanceUUID, power, template, cpus, memoryMB, extraConfig, ip, pool, nics, diskKB (the first disk), disksKB
 //	sessions                         the vCenter sessions (the harness's own left out)
 //	terminate_sessions               end every session (as an expiry would)
 //	fail_task {method, message, times}   the next calls of a *_Task method start a task that fails with message
@@ -436,8 +436,9 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 	out := []map[string]any{}
 	for _, vm := range v {
 		extra := map[string]string{}
-		cpus, mem, template, uuid := int32(0), int32(0), false, ""
+		cpus, mem, template, uuid, instanceUUID := int32(0), int32(0), false, "", ""
 		if vm.Config != nil {
+			instanceUUID = vm.Config.InstanceUuid
 			for _, o := range vm.Config.ExtraConfig {
 				ov := o.GetOptionValue()
 				extra[ov.Key] = fmt.Sprint(ov.Value)
@@ -478,7 +479,7 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 			pool = vm.ResourcePool.Value
 		}
 		out = append(out, map[string]any{
-			"name": vm.Name, "moref": vm.Self.Value, "biosUUID": uuid, "power": string(vm.Runtime.PowerState),
+			"name": vm.Name, "moref": vm.Self.Value, "biosUUID": uuid, "instanceUUID": instanceUUID, "power": string(vm.Runtime.PowerState),
 			"template": template, "cpus": cpus, "memoryMB": mem, "extraConfig": extra,
 			"ip": ip, "pool": pool, "nics": nics, "diskKB": diskKB, "disksKB": disksKB,
 		})

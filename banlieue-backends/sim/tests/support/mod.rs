@@ -33,6 +33,7 @@ pub fn identity(uid: &str) -> MachineIdentity {
         uid: uid.to_string(),
         namespace: "default".to_string(),
         name: format!("vm-{uid}"),
+        provider_id: None,
     }
 }
 

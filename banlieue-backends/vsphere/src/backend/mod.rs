@@ -61,6 +61,7 @@ impl BackendFactory for VSphereFactory {
 enum OpKind {
     Clone,
     Configure,
+    Adopt,
     PowerOn,
     PowerOff,
     Suspend,
@@ -72,6 +73,7 @@ impl OpKind {
         match self {
             Self::Clone => "Cloning",
             Self::Configure => "Configuring",
+            Self::Adopt => "Adopting",
             Self::PowerOn => "PoweringOn",
             Self::PowerOff => "PoweringOff",
             Self::Suspend => "Suspending",
@@ -82,7 +84,7 @@ impl OpKind {
     fn method(self) -> &'static str {
         match self {
             Self::Clone => "CloneVM_Task",
-            Self::Configure => "ReconfigVM_Task",
+            Self::Configure | Self::Adopt => "ReconfigVM_Task",
             Self::PowerOn => "PowerOnVM_Task",
             Self::PowerOff => "PowerOffVM_Task",
             Self::Suspend => "SuspendVM_Task",
@@ -94,6 +96,7 @@ impl OpKind {
         match self {
             Self::Clone => "CloneFailed",
             Self::Configure => "ReconfigureFailed",
+            Self::Adopt => "AdoptFailed",
             Self::PowerOn => "PowerOnFailed",
             Self::PowerOff => "PowerOffFailed",
             Self::Suspend => "SuspendFailed",
@@ -223,15 +226,24 @@ impl VSphereBackend {
         Ok(t)
     }
 
-    /// The VM whose instance UUID is the UID.
+    /// The VM whose BIOS UUID is in `spec.providerID` once that is set (it survives a
+    /// new UID: `clusterctl move`, restores), else the one whose instance UUID is the UID.
     async fn find(&self, identity: &MachineIdentity) -> Result<Option<Vm>, BackendError> {
-        let Some(moref) = self
-            .client
-            .find_vm_by_instance_uuid(&identity.uid)
-            .await
-            .map_err(vim)?
-        else {
-            return Ok(None);
+        let by_provider_id = match identity.provider_id_for("vsphere")? {
+            Some(bios) => self.client.find_vm_by_bios_uuid(&bios).await.map_err(vim)?,
+            None => None,
+        };
+        let moref = match by_provider_id {
+            Some(moref) => moref,
+            None => match self
+                .client
+                .find_vm_by_instance_uuid(&identity.uid)
+                .await
+                .map_err(vim)?
+            {
+                Some(moref) => moref,
+                None => return Ok(None),
+            },
         };
         Ok(self
             .client
@@ -345,7 +357,14 @@ impl Backend for VSphereBackend {
         let identity = &request.identity;
         check_uid(identity)?;
         let uid = &identity.uid;
-        let Some(vm) = self.find(identity).await? else {
+        let found = self.find(identity).await?;
+        if let (None, Some(provider_id)) = (&found, &identity.provider_id) {
+            return Err(BackendError::machine_missing(
+                provider_id,
+                self.client.endpoint(),
+            ));
+        }
+        let Some(vm) = found else {
             match self.poll(uid).await {
                 Ok(Some((kind, task))) => {
                     return Ok(MachineObservation {
@@ -383,6 +402,23 @@ impl Backend for VSphereBackend {
         };
         if let Some((kind, task)) = self.poll(uid).await? {
             return Ok(self.observation(&vm, Some(self.pending(kind, Some(&task)))));
+        }
+        if vm.instance_uuid.as_deref() != Some(uid.to_ascii_lowercase().as_str()) {
+            // Found by its providerID under another UID (a moved or restored object):
+            // adopt it, so the instance UUID names its owner again.
+            let config = methods::ConfigSpec {
+                instance_uuid: Some(uid.clone()),
+                ..Default::default()
+            };
+            let task = self
+                .start(
+                    uid,
+                    OpKind::Adopt,
+                    &methods::reconfig_vm_task(&vm.moref, &config),
+                )
+                .await?;
+            info!(uid = %uid, vm = %vm.moref, previous = ?vm.instance_uuid, "vsphere: adopting");
+            return Ok(self.observation(&vm, Some(self.pending(OpKind::Adopt, Some(&task)))));
         }
         if vm.extra.get(guestinfo::CONFIGURED_KEY).map(String::as_str) != Some("true") {
             let config = self.configure_spec(&vm, spec, request).await?;

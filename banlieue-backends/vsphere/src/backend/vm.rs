@@ -15,6 +15,8 @@ pub(crate) struct Vm {
     pub(crate) moref: MoRef,
     pub(crate) name: String,
     pub(crate) bios_uuid: Option<String>,
+    /// `config.instanceUuid`: the UID of the infra object that owns the VM.
+    pub(crate) instance_uuid: Option<String>,
     pub(crate) extra: BTreeMap<String, String>,
     pub(crate) power: PowerState,
     pub(crate) ips: Vec<String>,
@@ -24,6 +26,7 @@ pub(crate) struct Vm {
 pub(crate) const VM_PATHS: &[&str] = &[
     "name",
     "config.uuid",
+    "config.instanceUuid",
     "config.extraConfig",
     "runtime.powerState",
     "guest.ipAddress",
@@ -55,6 +58,10 @@ impl Vm {
                 .text("config.uuid")
                 .filter(|u| !u.is_empty())
                 .map(str::to_string),
+            instance_uuid: o
+                .text("config.instanceUuid")
+                .filter(|u| !u.is_empty())
+                .map(str::to_ascii_lowercase),
             extra,
             power: match o.text("runtime.powerState") {
                 Some("poweredOn") => PowerState::PoweredOn,

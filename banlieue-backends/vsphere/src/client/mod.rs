@@ -374,6 +374,16 @@ impl VimClient {
         Ok(methods::decode_moref(&response))
     }
 
+    /// The VM whose BIOS UUID (`config.uuid`, what `vsphere://` provider IDs carry) is
+    /// `uuid`.
+    pub async fn find_vm_by_bios_uuid(&self, uuid: &str) -> Result<Option<MoRef>, VimError> {
+        let si = self.content().await?.search_index.clone();
+        let response = self
+            .call(&methods::find_vm_by_uuid(&si, uuid, false))
+            .await?;
+        Ok(methods::decode_moref(&response))
+    }
+
     /// Calls a `*_Task` method and returns the task.
     pub async fn start_task(&self, body: &str) -> Result<MoRef, VimError> {
         let response = self.call(body).await?;

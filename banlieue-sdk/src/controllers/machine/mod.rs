@@ -183,11 +183,18 @@ fn provider_named<K: Machine>(machine: &K, ctx: &Context, name: &str) -> Option<
         .get(&ObjectRef::new(name).within(&machine.namespace().unwrap_or_default()))
 }
 
+/// The machine's identity for its backend: its UID, and its `spec.providerID` once set,
+/// which is what survives `clusterctl move` and restores (the backend finds the VM by
+/// it first and adopts it).
 fn identity<K: Machine>(machine: &K) -> MachineIdentity {
     MachineIdentity {
         uid: machine.uid().unwrap_or_default(),
         namespace: machine.namespace().unwrap_or_default(),
         name: machine.name_any(),
+        provider_id: machine
+            .provider_id()
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned),
     }
 }
 
@@ -373,12 +380,17 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
 }
 
 async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {
+    // Before the pause check: `clusterctl move` pauses the Cluster before it deletes.
+    if deleted_for_move(machine.meta()) {
+        // clusterctl move recreated this object elsewhere, where it adopts the VM by
+        // its providerID: the VM lives on.
+        ctx.written
+            .machines
+            .forget(&machine.uid().unwrap_or_default());
+        return Ok(Action::await_change());
+    }
     if let Some(why) = capi::paused(machine, ctx).await? {
         return Err(Error::Paused(why));
-    }
-    if deleted_for_move(machine.meta()) {
-        // clusterctl move recreates this object elsewhere; the VM lives on.
-        return Ok(Action::await_change());
     }
     let provider = provider_of(machine, ctx).or_else(|| {
         let landed = machine.machine_status()?.failure_domain.as_deref()?;

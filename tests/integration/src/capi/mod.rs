@@ -84,6 +84,7 @@ pub struct Capi {
     version: String,
     pid: u32,
     started_in: Duration,
+    control_plane: &'static banlieue_testenv::ControlPlane,
 }
 
 static SHARED: OnceLock<Result<Capi, String>> = OnceLock::new();
@@ -137,8 +138,22 @@ impl Capi {
     /// the same message.
     pub fn start() -> Option<&'static Capi> {
         let rig = rig_dir_or_skip()?;
-        let started = SHARED.get_or_init(|| start_on_own_thread(rig));
+        let started = SHARED.get_or_init(|| start_on_own_thread(rig, banlieue_testenv::shared()));
         match started {
+            Ok(capi) => Some(capi),
+            Err(message) => panic!("{message}"),
+        }
+    }
+
+    /// Another manager, on another control plane (a second management cluster, e.g.
+    /// the target of `clusterctl move`); it lives as long as the process, like the
+    /// shared one. `None` as [`Capi::start`].
+    ///
+    /// # Panics
+    /// As [`Capi::start`].
+    pub fn start_on(control_plane: &'static banlieue_testenv::ControlPlane) -> Option<Capi> {
+        let rig = rig_dir_or_skip()?;
+        match start_on_own_thread(rig, control_plane) {
             Ok(capi) => Some(capi),
             Err(message) => panic!("{message}"),
         }
@@ -223,7 +238,7 @@ impl Capi {
     /// A client acting as CAPI's ServiceAccount (the same impersonation the manager
     /// uses), bound to the calling runtime: to check what CAPI may and may not do.
     pub async fn client_as_manager(&self) -> kube::Client {
-        let mut config = banlieue_testenv::shared().kube_config();
+        let mut config = self.control_plane.kube_config();
         config.auth_info.impersonate = Some(SERVICE_ACCOUNT.to_owned());
         config.auth_info.impersonate_groups = Some(
             SERVICE_ACCOUNT_GROUPS
@@ -280,9 +295,10 @@ fn tail(path: &Path, lines: usize) -> String {
 /// Starts the rig on a thread that lives as long as the process: the manager's
 /// `PR_SET_PDEATHSIG` fires when the spawning thread dies, and the same thread then
 /// keeps aggregating ClusterRoles.
-fn start_on_own_thread(rig: PathBuf) -> Result<Capi, String> {
-    // Start the control plane from this (caller's) thread first: it has its own thread.
-    let control_plane = banlieue_testenv::shared();
+fn start_on_own_thread(
+    rig: PathBuf,
+    control_plane: &'static banlieue_testenv::ControlPlane,
+) -> Result<Capi, String> {
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("capi-rig".to_owned())
@@ -319,7 +335,7 @@ fn start_on_own_thread(rig: PathBuf) -> Result<Capi, String> {
 
 async fn setup(
     rig: &Path,
-    control_plane: &banlieue_testenv::ControlPlane,
+    control_plane: &'static banlieue_testenv::ControlPlane,
     client: &kube::Client,
     child_slot: &Mutex<Option<Child>>,
 ) -> Result<Capi, String> {
@@ -405,5 +421,6 @@ async fn setup(
         version,
         pid,
         started_in: started.elapsed(),
+        control_plane,
     })
 }
