@@ -201,15 +201,20 @@ pub struct DataDisk {
 }
 
 /// How a VirtualMachine moves when its placement requires another Provider.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.stopSourceFirst")
+    .message("migration.stopSourceFirst: false is not supported yet: the old machine is always stopped and removed before the new one starts"))]
 pub struct MigrationPolicy {
-    /// `Recreate` (default): a new machine from the image. `CopyDisk`: export the disk
-    /// and import it on the target, where both backends allow it.
+    /// `Recreate` (default): the old machine is removed, then a new one is made from the
+    /// image (the disk does not move). `CopyDisk`: keep the disks. No backend pair
+    /// exports and imports disks yet, so a move with `CopyDisk` is refused before
+    /// anything is touched (`Migrating=False`, reason `CopyDiskUnsupported`) and the VM
+    /// stays where it is; it never falls back to `Recreate`.
     #[serde(default)]
     pub strategy: MigrationStrategy,
-    /// Power the old machine off before the new one starts (default true), so two
-    /// copies never run at once.
+    /// Stop the old machine before the new one starts, so two copies never run at
+    /// once. Must be `true` (the default): starting the new one first is not supported.
     #[serde(default = "yes")]
     pub stop_source_first: bool,
 }
@@ -233,7 +238,8 @@ pub enum MigrationStrategy {
     /// Create the machine anew from the image on the target.
     #[default]
     Recreate,
-    /// Move the disks (`qemu-img convert` between formats).
+    /// Keep the disks (export, `qemu-img convert`, import); refused until a backend
+    /// pair supports it.
     CopyDisk,
 }
 

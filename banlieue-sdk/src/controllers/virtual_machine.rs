@@ -253,6 +253,44 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             e.provider.as_deref() != Some(target.provider.as_str()) || Some(e.kind) != wanted_kind
         })
         .collect();
+    if !stale.is_empty() && vm.spec.migration.strategy == MigrationStrategy::CopyDisk {
+        // No backend pair exports and imports disks yet: refuse before touching
+        // anything, never fall back to Recreate (that would throw the disk away).
+        let from = stale[0].provider.clone().unwrap_or_default();
+        let message = copy_disk_refused(&from, &target.provider);
+        let current = vm.status.as_ref().and_then(|s| s.placement.clone());
+        let outcome = Outcome {
+            scheduling: match &current {
+                Some(here) => Scheduling::Placed(here),
+                None => Scheduling::Unschedulable {
+                    reason: COPY_DISK_UNSUPPORTED,
+                    message: &message,
+                },
+            },
+            migration: Some(Migration {
+                reason: COPY_DISK_UNSUPPORTED,
+                message: &message,
+                moving: false,
+            }),
+            waiting: None,
+        };
+        let refused_before = vm.status.as_ref().is_some_and(|s| {
+            conditions::get(&s.conditions, "Migrating")
+                .is_some_and(|c| c.reason == COPY_DISK_UNSUPPORTED)
+        });
+        if !refused_before {
+            ctx.event(
+                vm,
+                EventType::Warning,
+                COPY_DISK_UNSUPPORTED,
+                "Migrate",
+                message.clone(),
+            )
+            .await;
+        }
+        write_status(vm, ctx, &outcome, existing.iter().find(|e| !e.deleting)).await?;
+        return Ok(Action::requeue(ctx.settings.sync_period));
+    }
     if !stale.is_empty() {
         for old in &stale {
             if !old.deleting {
@@ -273,15 +311,8 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                 .await;
             }
         }
-        // No backend exports disks yet: CopyDisk falls back to Recreate, and says so.
-        let how = match vm.spec.migration.strategy {
-            MigrationStrategy::Recreate => "Recreate",
-            MigrationStrategy::CopyDisk => {
-                "CopyDisk is not supported by these backends yet, so Recreate"
-            }
-        };
         let message = format!(
-            "{} -> {} ({how}: the old machine is deleted first, the new one is made from the image)",
+            "{} -> {} (Recreate: the old machine is deleted first, the new one is made from the image)",
             stale[0].provider.clone().unwrap_or_default(),
             target.provider
         );
@@ -290,6 +321,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             migration: Some(Migration {
                 reason: "RemovingOldMachine",
                 message: &message,
+                moving: true,
             }),
             waiting: None,
         };
@@ -480,6 +512,18 @@ fn target_of(placement: &ScheduledPlacement) -> Target {
         failure_domain: placement.failure_domain.clone(),
         topology: placement.topology.clone(),
     }
+}
+
+/// `Migrating` reason of a `CopyDisk` move that no backend pair can make yet.
+const COPY_DISK_UNSUPPORTED: &str = "CopyDiskUnsupported";
+
+fn copy_disk_refused(from: &str, to: &str) -> String {
+    format!(
+        "{from} -> {to}: spec.migration.strategy is CopyDisk, and no backend exports and \
+         imports disks yet, so nothing was moved and the VM stays on {from}. Set \
+         spec.migration.strategy to Recreate to move it without its disk (a new machine \
+         from the image), or put the placement back"
+    )
 }
 
 async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {

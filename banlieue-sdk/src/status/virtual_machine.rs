@@ -35,13 +35,16 @@ pub struct Infra<'a> {
     pub status: Option<&'a MachineStatus>,
 }
 
-/// A move in progress.
+/// A move in progress, or one refused before anything moved.
 #[derive(Clone, Copy, Debug)]
 pub struct Migration<'a> {
-    /// CamelCase step, e.g. `RemovingOldMachine`.
+    /// CamelCase step, e.g. `RemovingOldMachine`, or why it was refused.
     pub reason: &'a str,
     /// Details (from where to where).
     pub message: &'a str,
+    /// `false` when the move was refused before anything was touched: `Migrating` is
+    /// `False` with the reason, and the VM goes on reporting the machine it has.
+    pub moving: bool,
 }
 
 /// Everything the VM's status depends on.
@@ -113,11 +116,13 @@ pub fn compute(
         }
     };
 
+    let moving = input.migration.is_some_and(|m| m.moving);
     match &input.migration {
         Some(m) => {
             set(
                 &mut status,
-                Desired::new(types::MIGRATING, Status::True, m.reason).message(m.message),
+                Desired::new(types::MIGRATING, Status::from_bool(m.moving), m.reason)
+                    .message(m.message),
             );
         }
         None if conditions::get(&status.conditions, types::MIGRATING).is_some() => {
@@ -129,7 +134,7 @@ pub fn compute(
         None => {}
     }
 
-    let infra_ready = mirror_infra(&mut status, input.infra, input.migration.is_some());
+    let infra_ready = mirror_infra(&mut status, input.infra, moving);
     match infra_ready {
         Some((ready, reason, message)) => {
             set(
@@ -165,7 +170,7 @@ pub fn compute(
     let (ready, reason) = match () {
         _ if input.deleting => (false, "Deleting"),
         _ if !scheduled => (false, "NotScheduled"),
-        _ if input.migration.is_some() => (false, "Migrating"),
+        _ if moving => (false, "Migrating"),
         _ if !infra_true => (false, "InfrastructureNotReady"),
         _ if !power_ok => (false, "PowerStateConverging"),
         _ => (true, "Ready"),
@@ -245,7 +250,7 @@ fn phase(status: &VirtualMachineStatus, input: &Input<'_>, scheduled: bool) -> V
         conditions::get(&status.conditions, types::INFRASTRUCTURE_READY).map(|c| c.reason.as_str());
     if input.deleting {
         VirtualMachinePhase::Deleting
-    } else if input.migration.is_some() {
+    } else if input.migration.is_some_and(|m| m.moving) {
         VirtualMachinePhase::Migrating
     } else if !scheduled {
         VirtualMachinePhase::Pending
@@ -374,6 +379,7 @@ mod tests {
             migration: Some(Migration {
                 reason: "RemovingOldMachine",
                 message: "p0 -> p",
+                moving: true,
             }),
             ..input
         };
@@ -394,6 +400,47 @@ mod tests {
                 .unwrap()
                 .status,
             "False"
+        );
+    }
+
+    #[test]
+    fn a_refused_move_says_why_and_the_vm_stays_ready_where_it_is() {
+        let p = placement();
+        let r = reference();
+        let m = machine_ready();
+        let refused = Input {
+            generation: Some(2),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Placed(&p),
+            infra: Some(Infra {
+                reference: &r,
+                provider_id: Some("libvirt://x"),
+                status: Some(&m),
+            }),
+            migration: Some(Migration {
+                reason: "CopyDiskUnsupported",
+                message: "p -> q: ...",
+                moving: false,
+            }),
+            waiting: None,
+            deleting: false,
+        };
+        let s = compute(None, &refused, &now(1));
+        let migrating = conditions::get(&s.conditions, "Migrating").unwrap();
+        assert_eq!(
+            (migrating.status.as_str(), migrating.reason.as_str()),
+            ("False", "CopyDiskUnsupported")
+        );
+        assert!(
+            conditions::is_true(&s.conditions, "Ready"),
+            "{:?}",
+            s.conditions
+        );
+        assert_eq!(s.phase, Some(VirtualMachinePhase::Running));
+        assert_eq!(
+            s.provider_id.as_deref(),
+            Some("libvirt://x"),
+            "still the old machine"
         );
     }
 
@@ -458,6 +505,7 @@ mod tests {
                     migration: Some(Migration {
                         reason: "RemovingOldMachine",
                         message: "m",
+                        moving: true,
                     }),
                     ..placed
                 },

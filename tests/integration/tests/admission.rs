@@ -379,6 +379,15 @@ fn cases() -> Vec<Case> {
             "set either providerRef or providerSelector, not both",
         ),
         create(
+            "start the new machine before stopping the old",
+            with(
+                vm(),
+                "/spec/migration",
+                json!({"strategy": "Recreate", "stopSourceFirst": false}),
+            ),
+            "migration.stopSourceFirst: false is not supported yet",
+        ),
+        create(
             "unknown power state",
             with(vm(), "/spec/powerState", json!("On")),
             "supported values: \"PoweredOn\", \"PoweredOff\", \"Suspended\"",

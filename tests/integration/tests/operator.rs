@@ -366,6 +366,86 @@ async fn moving_to_another_provider_keeps_the_virtual_machine() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_disk_is_refused_before_anything_moves_never_a_silent_recreate() {
+    let (ns, operator, class, image) = world("copydisk", json!({})).await;
+    apply(
+        &ns.client,
+        &ns.name,
+        &sim_provider(
+            "sim-2",
+            &format!("sim://{}-2", ns.name),
+            json!({"machineKind": "VSphereMachine"}),
+        ),
+    )
+    .await
+    .unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    let mut manifest = vm("v", &class, &image, Some("sim"));
+    manifest["spec"]["migration"] = json!({"strategy": "CopyDisk"});
+    apply(&ns.client, &ns.name, &manifest).await.unwrap();
+    let before = wait_for(&vms, "v", WAIT, is_ready).await;
+    let old_id = before.status.as_ref().unwrap().provider_id.clone();
+
+    manifest["spec"]["placement"] = json!({"providerRef": {"name": "sim-2"}});
+    apply(&ns.client, &ns.name, &manifest).await.unwrap();
+    let refused = wait_for(&vms, "v", WAIT, |vm| {
+        condition(vm, "Migrating").is_some_and(|c| c.reason == "CopyDiskUnsupported")
+    })
+    .await;
+    let migrating = condition(&refused, "Migrating").unwrap();
+    assert_eq!(migrating.status, "False");
+    assert!(
+        migrating.message.contains("Recreate") && migrating.message.contains("stays on sim"),
+        "the message says what to do: {}",
+        migrating.message
+    );
+    // Still where it was, still running, nothing made on the target.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = vms.get("v").await.unwrap();
+    assert!(is_ready(&now), "{:?}", now.status);
+    assert_eq!(now.status.as_ref().unwrap().provider_id, old_id);
+    assert_eq!(
+        now.status
+            .as_ref()
+            .unwrap()
+            .placement
+            .as_ref()
+            .map(|p| p.provider.as_str()),
+        Some("sim")
+    );
+    assert_eq!(
+        operator.sim.machines(&format!("sim://{}", ns.name)).len(),
+        1
+    );
+    assert!(
+        operator
+            .sim
+            .machines(&format!("sim://{}-2", ns.name))
+            .is_empty(),
+        "no machine made on the target"
+    );
+
+    // Asking for Recreate moves it.
+    manifest["spec"]["migration"] = json!({"strategy": "Recreate"});
+    apply(&ns.client, &ns.name, &manifest).await.unwrap();
+    wait_for(&vms, "v", WAIT, |vm| {
+        is_ready(vm)
+            && vm
+                .status
+                .as_ref()
+                .and_then(|s| s.placement.as_ref())
+                .is_some_and(|p| p.provider == "sim-2")
+    })
+    .await;
+    assert!(
+        operator
+            .sim
+            .machines(&format!("sim://{}", ns.name))
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transient_faults_converge_and_terminal_ones_stop() {
     let (ns, operator, class, image) = world(
         "faults",
