@@ -44,8 +44,8 @@ e2e-cloud-hypervisor: testbin ## Only the Cloud Hypervisor tests (real apiserver
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test cloud_hypervisor
 
 .PHONY: e2e-capi
-e2e-capi: testbin ## Only the Cluster API contract tests (real apiserver + the real CAPI v1.14 manager and clusterctl); part of `make test`.
-	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test capi --test capi_rig $(if $(wildcard tests/integration/tests/clusterctl.rs),--test clusterctl)
+e2e-capi: testbin ## Only the Cluster API contract tests (real apiserver + the real CAPI v1.14 manager and clusterctl, and a real `clusterctl move` between two control planes); part of `make test`.
+	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --locked -p banlieue-integration-tests --test capi --test capi_rig --test clusterctl_move $(if $(wildcard tests/integration/tests/clusterctl.rs),--test clusterctl)
 
 .PHONY: e2e-libvirt
 e2e-libvirt: testbin ## Only the libvirt end-to-end tests (real apiserver + real libvirtd/QEMU in a network namespace); part of `make test`.
