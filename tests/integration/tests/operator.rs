@@ -446,6 +446,107 @@ async fn copy_disk_is_refused_before_anything_moves_never_a_silent_recreate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_machine_adopts_its_vm_and_one_whose_vm_is_gone_creates_none() {
+    let (ns, operator, _, _) = world("restore", json!({})).await;
+    let endpoint = format!("sim://{}", ns.name);
+    let machine = |name: &str, provider_id: Option<&str>| {
+        let mut m = json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachine",
+            "metadata": {"name": name},
+            "spec": {"providerRef": {"name": "sim"}, "image": {"path": "/var/lib/images/debian.qcow2"},
+                     "storagePool": "default", "cpus": 1, "memoryMiB": 256}});
+        if let Some(id) = provider_id {
+            m["spec"]["providerID"] = json!(id);
+        }
+        m
+    };
+    let ready = |m: &LibvirtMachine| {
+        m.status
+            .as_ref()
+            .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+    };
+    let machines: Api<LibvirtMachine> = ns.api();
+    apply(&ns.client, &ns.name, &machine("m", None))
+        .await
+        .unwrap();
+    let first = wait_for(&machines, "m", WAIT, ready).await;
+    let provider_id = first.spec.provider_id.clone().expect("a providerID");
+    assert_eq!(operator.sim.machines(&endpoint).len(), 1);
+
+    // Lost and restored from a backup: the object comes back with a new UID and its
+    // providerID; the VM never went away.
+    machines
+        .patch(
+            "m",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    machines
+        .delete("m", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&machines, "m", WAIT).await;
+    apply(&ns.client, &ns.name, &machine("m", Some(&provider_id)))
+        .await
+        .unwrap();
+    let restored = wait_for(&machines, "m", WAIT, |m| ready(m) && m.uid() != first.uid()).await;
+    assert_eq!(
+        restored.spec.provider_id.as_deref(),
+        Some(provider_id.as_str())
+    );
+    let sims = operator.sim.machines(&endpoint);
+    assert_eq!(sims.len(), 1, "adopted, not created again: {sims:?}");
+    assert_eq!(
+        Some(sims[0].identity.uid.as_str()),
+        restored.uid().as_deref(),
+        "the VM now answers to the restored object's UID"
+    );
+
+    // A providerID no VM has: says so, creates nothing, and deleting it is quick.
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine(
+            "gone",
+            Some("libvirt://0b9e8a62-5d7c-4c51-9f0e-2a9f6c1d3e47"),
+        ),
+    )
+    .await
+    .unwrap();
+    let missing = wait_for(&machines, "gone", WAIT, |m| {
+        m.status.as_ref().is_some_and(|s| {
+            conditions::get(&s.conditions, "Ready")
+                .is_some_and(|c| c.message.starts_with("BackendVMMissing:"))
+        })
+    })
+    .await;
+    let condition = missing
+        .status
+        .as_ref()
+        .and_then(|s| conditions::get(&s.conditions, "Ready"))
+        .unwrap();
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "TerminalFailure")
+    );
+    assert!(
+        condition
+            .message
+            .contains("libvirt://0b9e8a62-5d7c-4c51-9f0e-2a9f6c1d3e47"),
+        "{}",
+        condition.message
+    );
+    assert_eq!(operator.sim.machines(&endpoint).len(), 1, "nothing created");
+    machines
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&machines, "gone", WAIT).await;
+    assert_eq!(operator.sim.machines(&endpoint).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transient_faults_converge_and_terminal_ones_stop() {
     let (ns, operator, class, image) = world(
         "faults",
