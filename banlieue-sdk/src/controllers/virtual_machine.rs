@@ -156,6 +156,12 @@ struct Outcome<'a> {
 }
 
 async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
+    if crate::capi::metadata::paused(vm.meta(), None).is_some() {
+        // Annotated `cluster.x-k8s.io/paused` (e.g. around a `clusterctl move`, which
+        // pauses Clusters but not standalone VMs): nothing is scheduled, built or
+        // moved until the annotation goes. Its machine, if any, is reconciled as usual.
+        return Ok(Action::await_change());
+    }
     let namespace = vm.namespace().unwrap_or_default();
     let uid = vm.uid().unwrap_or_default();
     let existing = infra::find(ctx, &namespace, &vm.name_any(), &uid);

@@ -18,6 +18,10 @@
 //! Machine, as a kubelet would. The CRDs carry the label `clusterctl init` puts on them
 //! (`clusterctl.cluster.x-k8s.io`), which is how `move` discovers what to copy.
 //!
+//! A standalone VirtualMachine (no Cluster) on vcsim moves along, the way the docs say:
+//! its CRD labelled `clusterctl.cluster.x-k8s.io/move-hierarchy`, the VM annotated
+//! `cluster.x-k8s.io/paused` on the source and unpaused on the target.
+//!
 //! The target's operator is killed once while it adopts, and started again.
 
 use std::collections::BTreeMap;
@@ -277,6 +281,9 @@ fn fixtures(b: &Backends, workload_kubeconfig: &str) -> Vec<Value> {
                         "connection": {"endpoint": format!("{}/sdk", b.vc.ready.endpoint),
                                        "credentialsRef": {"name": "vc-credentials"},
                                        "caBundle": {"inline": b.vc.ready.ca_pem}},
+                        "capabilities": {
+                            "storageClasses": [{"name": "fast", "target": {"datastore": "LocalDS_0"}}],
+                            "networkClasses": [{"name": "lan", "target": {"portGroup": "VM Network"}}]},
                         "settings": {"taskPollInterval": "100ms", "shutdownTimeout": "2s"}}}),
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pve-credentials"},
                "stringData": {"tokenID": b.pve.ready.token_id, "tokenSecret": b.pve.ready.token_secret}}),
@@ -353,6 +360,38 @@ fn fixtures(b: &Backends, workload_kubeconfig: &str) -> Vec<Value> {
         }
     }
     objects
+}
+
+/// The standalone VirtualMachine that moves along (no CAPI Cluster), and its catalog.
+const SOLO: &str = "solo";
+
+/// VMClass and VMImage are cluster-scoped: installed on both management clusters.
+fn catalog(b: &Backends, ns: &str) -> [Value; 2] {
+    [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
+               "spec": {"cpus": 1, "memoryMiB": 1024, "disk": {"sizeGiB": 16, "storageClass": "fast"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-ubuntu")},
+               "spec": {"os": {"family": "linux", "distribution": "ubuntu", "version": "24.04"},
+                        "sources": {"vsphere": {"template": b.vc.ready.template}}}}),
+    ]
+}
+
+fn solo_vm(ns: &str) -> Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": SOLO},
+           "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": format!("{ns}-ubuntu")},
+                    "placement": {"providerRef": {"name": "vc"}},
+                    "networks": [{"name": "eth0", "networkClass": "lan"}]}})
+}
+
+/// The VirtualMachine's `Ready` and `status.providerID`.
+async fn solo_state(client: &kube::Client, ns: &str) -> Option<(bool, Option<String>)> {
+    let vms: Api<banlieue_sdk::api::VirtualMachine> = Api::namespaced(client.clone(), ns);
+    let vm = vms.get_opt(SOLO).await.unwrap()?;
+    let status = vm.status.unwrap_or_default();
+    Some((
+        banlieue_sdk::conditions::is_true(&status.conditions, "Ready"),
+        status.provider_id,
+    ))
 }
 
 /// Polls until every Machine has a providerID, registering a Node for each (as its
@@ -511,21 +550,74 @@ async fn clusterctl_move_adopts_every_vm_and_creates_none() {
         Duration::from_secs(5),
     ));
     let workload = inlined_kubeconfig(source);
-    for object in fixtures(&backends, &workload) {
+    for object in fixtures(&backends, &workload)
+        .into_iter()
+        .chain(catalog(&backends, &ns.name))
+        .chain([solo_vm(&ns.name)])
+    {
         apply(&source_client, &ns.name, &object)
             .await
             .unwrap_or_else(|e| panic!("apply {}: {e}", object["metadata"]["name"]));
     }
+    for object in catalog(&backends, &ns.name) {
+        apply(&target_client, &ns.name, &object).await.unwrap();
+    }
+    // Standalone VirtualMachines move as the docs say: the CRD labelled
+    // move-hierarchy (each VM moves with what it owns), the VM paused around the move.
+    let crds: Api<DynamicObject> = Api::all_with(
+        source_client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    crds.patch(
+        "virtualmachines.banlieue.io",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"metadata": {"labels": {"clusterctl.cluster.x-k8s.io/move-hierarchy": ""}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let vms_source = api(
+        &source_client,
+        &ns.name,
+        "banlieue.io/v1alpha1",
+        "VirtualMachine",
+    );
+    let vms_target = api(
+        &target_client,
+        &ns.name,
+        "banlieue.io/v1alpha1",
+        "VirtualMachine",
+    );
 
     // Provisioned on the source: one VM per Machine on each backend.
     let provider_ids =
         provision_with_nodes(&source_client, &source_client, &ns.name, source_capi).await;
+    let deadline = Instant::now() + WAIT;
+    let solo_provider_id = loop {
+        if let Some((true, Some(id))) = solo_state(&source_client, &ns.name).await {
+            break id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standalone VM did not become Ready"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let pause = |on: bool| json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": if on { Some("") } else { None }}}});
+    vms_source
+        .patch(SOLO, &PatchParams::default(), &Patch::Merge(pause(true)))
+        .await
+        .unwrap();
     let before = backends.census();
     let creates_before = backends.creates();
     eprintln!("before the move: {provider_ids:#?}\ncensus {before:#?}\ncreates {creates_before:?}");
     assert_eq!(
         before.vsphere.len(),
-        initial.vsphere.len() + 2,
+        initial.vsphere.len() + 3,
         "{before:#?}"
     );
     assert_eq!(
@@ -573,13 +665,17 @@ async fn clusterctl_move_adopts_every_vm_and_creates_none() {
         registry(),
         Duration::from_secs(5),
     ));
+    vms_target
+        .patch(SOLO, &PatchParams::default(), &Patch::Merge(pause(false)))
+        .await
+        .unwrap();
 
     // On the target: every infra machine Ready under its new UID with the same
     // providerID, and every Machine provisioned with a nodeRef again.
     let deadline = Instant::now() + WAIT;
     let target_infra = loop {
         let now = infra_machines(&target_client, &ns.name).await;
-        if now.len() == machine_count() && now.values().all(|(_, _, ready)| *ready) {
+        if now.len() == machine_count() + 1 && now.values().all(|(_, _, ready)| *ready) {
             break now;
         }
         assert!(
@@ -595,11 +691,30 @@ async fn clusterctl_move_adopts_every_vm_and_creates_none() {
             provider_id, old_provider_id,
             "{name}: the providerID travels"
         );
-        assert_eq!(
-            provider_id.as_deref(),
-            provider_ids.get(name).map(String::as_str)
-        );
+        let expected = match name.as_str() {
+            SOLO => Some(&solo_provider_id),
+            machine => provider_ids.get(machine),
+        };
+        assert_eq!(provider_id.as_ref(), expected, "{name}");
     }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if solo_state(&target_client, &ns.name).await
+            == Some((true, Some(solo_provider_id.clone())))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standalone VM is not Ready on the target with its providerID: {:?}",
+            solo_state(&target_client, &ns.name).await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        vms_source.get_opt(SOLO).await.unwrap().is_none(),
+        "the standalone VM left the source"
+    );
     let target_provider_ids =
         provision_with_nodes(&target_client, &source_client, &ns.name, &target_capi).await;
     assert_eq!(target_provider_ids, provider_ids);
@@ -658,7 +773,11 @@ async fn clusterctl_move_adopts_every_vm_and_creates_none() {
         );
     }
 
-    // Deleting the Clusters on the target deletes every VM.
+    // Deleting the Clusters and the VirtualMachine on the target deletes every VM.
+    vms_target
+        .delete(SOLO, &DeleteParams::default())
+        .await
+        .unwrap();
     for backend in &BACKENDS {
         api(&target_client, &ns.name, CAPI, "Cluster")
             .delete(backend.cluster, &DeleteParams::default())
@@ -690,7 +809,7 @@ async fn clusterctl_move_adopts_every_vm_and_creates_none() {
         "a create call while deleting"
     );
     eprintln!(
-        "clusterctl move: {} Machines on 4 backends adopted in {:?}, 0 creates",
+        "clusterctl move: {} Machines on 4 backends and a standalone VM adopted in {:?}, 0 creates",
         machine_count(),
         moved_at.elapsed()
     );
