@@ -175,6 +175,19 @@ mod tests {
     use banlieue_sdk::backend::SecretValue;
     use serde_json::json;
 
+    #[test]
+    fn an_adopted_vms_seed_is_found_whatever_uid_named_it() {
+        let config = json!({"ide2": "local:iso/banlieue-0a1b-seed.iso,media=cdrom",
+                            "scsi0": "local-lvm:vm-100-disk-0,size=8G",
+                            "ide0": "local:iso/debian.iso,media=cdrom"});
+        assert_eq!(
+            attached_any(&config),
+            Some(("local".into(), "local:iso/banlieue-0a1b-seed.iso".into()))
+        );
+        assert_eq!(attached(&config, UID), None, "not the new owner's name");
+        assert_eq!(attached_any(&json!({"ide0": "local:iso/debian.iso"})), None);
+    }
+
     const UID: &str = "5F0C8A52-3b7e-4c1d-9a8e-0123456789ab";
 
     fn spec() -> ProxmoxMachineSpec {

@@ -276,3 +276,52 @@ pub enum ImageLookup {
 
 /// The image sources of a VMImage, as handed to [`super::Backend::find_image`].
 pub type ImageSourceSet = ImageSources;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_provider_id_is_read_for_the_kinds_scheme_only() {
+        let id = |p: Option<&str>| {
+            let i = MachineIdentity::new("u", "ns", "m");
+            match p {
+                Some(p) => i.with_provider_id(p),
+                None => i,
+            }
+        };
+        let cases: [(Option<&str>, &str, Result<Option<&str>, &str>); 6] = [
+            (None, "libvirt", Ok(None)),
+            (
+                Some("libvirt://0B9E8A62-5D7C-4C51-9F0E-2A9F6C1D3E47"),
+                "libvirt",
+                Ok(Some("0b9e8a62-5d7c-4c51-9f0e-2a9f6c1d3e47")),
+            ),
+            (Some("vsphere://42"), "vsphere", Ok(Some("42"))),
+            (Some("vsphere://42"), "proxmox", Err("InvalidProviderID")),
+            (Some("libvirt://"), "libvirt", Err("InvalidProviderID")),
+            (Some("libvirt:/x"), "libvirt", Err("InvalidProviderID")),
+        ];
+        for (provider_id, scheme, want) in cases {
+            let got = id(provider_id).provider_id_for(scheme);
+            match (got, want) {
+                (Ok(got), Ok(want)) => {
+                    assert_eq!(got.as_deref(), want, "{provider_id:?} for {scheme}")
+                }
+                (Err(e), Err(reason)) => {
+                    assert_eq!(e.reason, reason);
+                    assert!(!e.is_transient());
+                }
+                (got, want) => panic!("{provider_id:?} for {scheme}: {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_missing_machine_is_terminal_and_names_the_provider_id() {
+        let e = super::super::BackendError::machine_missing("proxmox://abc", "https://pve:8006");
+        assert_eq!(e.reason, super::super::BACKEND_VM_MISSING);
+        assert!(!e.is_transient());
+        assert!(e.message.contains("proxmox://abc") && e.message.contains("https://pve:8006"));
+    }
+}
