@@ -121,6 +121,15 @@ pub async fn namespace(prefix: &str) -> TestNamespace {
     shared().namespace(prefix).await
 }
 
+/// Whether a missing real part (a rig, a simulator, a host tool) must fail the test
+/// instead of skipping it: under CI (`CI=true`) and under every `make` target, which
+/// exports `BANLIEUE_REQUIRE_RIGS=1`. A bare `cargo test` on a machine without a rig
+/// skips, saying so loudly.
+pub fn rigs_required() -> bool {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| matches!(v.as_str(), "1" | "true"));
+    std::env::var("CI").is_ok_and(|v| v == "true") || set("BANLIEUE_REQUIRE_RIGS")
+}
+
 /// Prints a harness message to stderr, never panicking (it also runs in the `atexit` hook).
 pub(crate) fn note(message: &str) {
     let _ = writeln!(std::io::stderr(), "banlieue-testenv: {message}");

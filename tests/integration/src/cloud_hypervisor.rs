@@ -118,7 +118,7 @@ impl ChRig {
     }
 
     /// A small qcow2 image made with `qemu-img` (Debian's qemu-utils). `None` (the test
-    /// skips) when qemu-img is missing outside CI; under `CI=true` that panics.
+    /// skips) when qemu-img is missing outside CI; under CI or `make` (`banlieue_testenv::rigs_required`) that panics.
     pub fn qcow2_image(&self) -> Option<String> {
         let path = self._dir.path().join("debian.qcow2");
         let made = std::process::Command::new("qemu-img")
@@ -128,8 +128,8 @@ impl ChRig {
             .status();
         match made {
             Ok(status) if status.success() => Some(path.to_string_lossy().into_owned()),
-            other if std::env::var("CI").is_ok_and(|v| v == "true") => {
-                panic!("qemu-img (apt install qemu-utils) is required in CI: {other:?}")
+            other if banlieue_testenv::rigs_required() => {
+                panic!("qemu-img (apt install qemu-utils) is required under CI and make: {other:?}")
             }
             other => {
                 eprintln!("SKIPPED: qemu-img unavailable: {other:?}");

@@ -71,13 +71,13 @@ pub fn venv() -> Result<PathBuf, String> {
 
 impl FakePve {
     /// Starts fakepve, or `None` when its venv cannot be built outside CI (the test
-    /// then skips with a message). Under `CI=true` a missing venv panics: CI fails,
+    /// then skips with a message). Under CI or `make` (`banlieue_testenv::rigs_required`) a missing venv panics: CI fails,
     /// never skips.
     pub fn start() -> Option<Self> {
         let venv = match venv() {
             Ok(v) => v,
-            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-                panic!("fakepve is required in CI: {e}")
+            Err(e) if banlieue_testenv::rigs_required() => {
+                panic!("fakepve is required under CI and make: {e}")
             }
             Err(e) => {
                 eprintln!("SKIPPED: fakepve unavailable: {e}");

@@ -44,7 +44,7 @@ fn repo_root() -> PathBuf {
 }
 
 fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
+    banlieue_testenv::rigs_required()
 }
 
 /// The guest's cache directory (builds it, and installs the packages, on first use).
@@ -73,11 +73,11 @@ fn is_root() -> bool {
 
 impl LibvirtRig {
     /// Starts the rig, or `None` when it cannot run here outside CI (the test then
-    /// skips with a message). Under `CI=true` a missing part panics: CI fails, never skips.
+    /// skips with a message). Under CI or `make` (`banlieue_testenv::rigs_required`) a missing part panics: CI fails, never skips.
     pub fn start() -> Option<Self> {
         let unavailable = |why: String| {
             if in_ci() {
-                panic!("the libvirt rig is required in CI: {why}");
+                panic!("the libvirt rig is required under CI and make: {why}");
             }
             eprintln!("SKIPPED: libvirt rig unavailable: {why}");
             None

@@ -66,7 +66,7 @@ pub fn binary() -> Result<PathBuf, String> {
 
 impl Vcsim {
     /// Starts vcsim, or `None` when it cannot be built outside CI (the test then skips
-    /// with a message). Under `CI=true` a missing vcsim panics: CI fails, never skips.
+    /// with a message). Under CI or `make` (`banlieue_testenv::rigs_required`) a missing vcsim panics: CI fails, never skips.
     pub fn start() -> Option<Self> {
         Self::start_args(&[])
     }
@@ -75,8 +75,8 @@ impl Vcsim {
     pub fn start_args(args: &[&str]) -> Option<Self> {
         let binary = match binary() {
             Ok(b) => b,
-            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-                panic!("vcsim is required in CI: {e}")
+            Err(e) if banlieue_testenv::rigs_required() => {
+                panic!("vcsim is required under CI and make: {e}")
             }
             Err(e) => {
                 eprintln!("SKIPPED: vcsim unavailable: {e}");

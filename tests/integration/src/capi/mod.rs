@@ -26,7 +26,7 @@
 //! in the control plane's directory, which the harness removes.
 //!
 //! Outside CI a rig that cannot be built skips the test (with a message); under
-//! `CI=true` it fails it.
+//! CI or `make` (`banlieue_testenv::rigs_required`) it fails it.
 
 mod aggregate;
 mod manifests;
@@ -94,7 +94,7 @@ fn repo_root() -> PathBuf {
 }
 
 fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
+    banlieue_testenv::rigs_required()
 }
 
 /// The rig's directory: `$BANLIEUE_CAPI_DIR`, else what `tests/testbin/capi/build.sh`
@@ -114,12 +114,12 @@ pub fn rig_dir() -> Result<PathBuf, String> {
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
-/// [`rig_dir`], or `None` (with a SKIPPED message) outside CI; under `CI=true` a
+/// [`rig_dir`], or `None` (with a SKIPPED message) outside CI and make; under them a
 /// missing rig panics, so CI fails instead of skipping.
 pub fn rig_dir_or_skip() -> Option<PathBuf> {
     match rig_dir() {
         Ok(dir) => Some(dir),
-        Err(e) if in_ci() => panic!("the Cluster API rig is required in CI: {e}"),
+        Err(e) if in_ci() => panic!("the Cluster API rig is required under CI and make: {e}"),
         Err(e) => {
             eprintln!("SKIPPED: the Cluster API rig is unavailable: {e}");
             None
@@ -133,7 +133,7 @@ impl Capi {
     /// outside CI (the test should return early).
     ///
     /// # Panics
-    /// If the rig is missing under `CI=true`, or the manager does not start (the
+    /// If the rig is missing under CI or `make`, or the manager does not start (the
     /// message quotes its log). A failed start is remembered: later callers panic with
     /// the same message.
     pub fn start() -> Option<&'static Capi> {
