@@ -56,6 +56,27 @@ async fn world(prefix: &str, settings: Value) -> (TestNamespace, Operator, Strin
     (ns, operator, class_name, image_name)
 }
 
+/// [`world`], plus a Provider `sim-2` (another endpoint) that builds VSphereMachines:
+/// somewhere to move to, of another machine kind.
+async fn world_and_a_second_provider(
+    prefix: &str,
+    settings: Value,
+) -> (TestNamespace, Operator, String, String) {
+    let (ns, operator, class, image) = world(prefix, settings).await;
+    apply(
+        &ns.client,
+        &ns.name,
+        &sim_provider(
+            "sim-2",
+            &format!("sim://{}-2", ns.name),
+            json!({"machineKind": "VSphereMachine"}),
+        ),
+    )
+    .await
+    .unwrap();
+    (ns, operator, class, image)
+}
+
 fn condition<'a>(
     vm: &'a VirtualMachine,
     type_: &str,
@@ -300,18 +321,8 @@ async fn deletion_removes_the_infra_machine_and_the_backend_vm() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moving_to_another_provider_keeps_the_virtual_machine() {
-    let (ns, operator, class, image) = world("swap", json!({"latency": "100ms"})).await;
-    apply(
-        &ns.client,
-        &ns.name,
-        &sim_provider(
-            "sim-2",
-            &format!("sim://{}-2", ns.name),
-            json!({"machineKind": "VSphereMachine"}),
-        ),
-    )
-    .await
-    .unwrap();
+    let (ns, operator, class, image) =
+        world_and_a_second_provider("swap", json!({"latency": "100ms"})).await;
     let vms: Api<VirtualMachine> = ns.api();
     apply(&ns.client, &ns.name, &vm("v", &class, &image, Some("sim")))
         .await
@@ -367,18 +378,7 @@ async fn moving_to_another_provider_keeps_the_virtual_machine() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_disk_is_refused_before_anything_moves_never_a_silent_recreate() {
-    let (ns, operator, class, image) = world("copydisk", json!({})).await;
-    apply(
-        &ns.client,
-        &ns.name,
-        &sim_provider(
-            "sim-2",
-            &format!("sim://{}-2", ns.name),
-            json!({"machineKind": "VSphereMachine"}),
-        ),
-    )
-    .await
-    .unwrap();
+    let (ns, operator, class, image) = world_and_a_second_provider("copydisk", json!({})).await;
     let vms: Api<VirtualMachine> = ns.api();
     let mut manifest = vm("v", &class, &image, Some("sim"));
     manifest["spec"]["migration"] = json!({"strategy": "CopyDisk"});
