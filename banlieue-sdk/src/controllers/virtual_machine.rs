@@ -156,10 +156,15 @@ struct Outcome<'a> {
 }
 
 async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
-    if crate::capi::metadata::paused(vm.meta(), None).is_some() {
+    if crate::capi::metadata::paused(vm.meta(), None).is_some()
+        || crate::capi::metadata::deleted_for_move(vm.meta())
+    {
         // Annotated `cluster.x-k8s.io/paused` (e.g. around a `clusterctl move`, which
         // pauses Clusters but not standalone VMs): nothing is scheduled, built or
         // moved until the annotation goes. Its machine, if any, is reconciled as usual.
+        // `delete-for-move` too: `clusterctl move` sets it just before deleting, by a
+        // patch that replaces every annotation (the pause included); rebuilding the
+        // machine it already deleted here would make a second VM.
         return Ok(Action::await_change());
     }
     let namespace = vm.namespace().unwrap_or_default();

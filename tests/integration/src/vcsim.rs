@@ -117,12 +117,7 @@ impl Vcsim {
 
     /// Sends one command and returns the answer; panics when the harness reports an error.
     pub fn command(&self, command: Value) -> Value {
-        let mut io = self.io.lock().unwrap_or_else(|e| e.into_inner());
-        writeln!(io.0, "{command}").expect("writing to vcsim");
-        io.0.flush().expect("flush");
-        let mut line = String::new();
-        io.1.read_line(&mut line).expect("reading from vcsim");
-        let answer: Value = serde_json::from_str(&line).expect("vcsim's answer");
+        let answer = self.answer(&command);
         assert_eq!(
             answer["ok"], true,
             "vcsim command {command} failed: {answer}"
@@ -130,10 +125,35 @@ impl Vcsim {
         answer
     }
 
+    fn answer(&self, command: &Value) -> Value {
+        let mut io = self.io.lock().unwrap_or_else(|e| e.into_inner());
+        writeln!(io.0, "{command}").expect("writing to vcsim");
+        io.0.flush().expect("flush");
+        let mut line = String::new();
+        io.1.read_line(&mut line).expect("reading from vcsim");
+        serde_json::from_str(&line).expect("vcsim's answer")
+    }
+
     /// Every VM (the template included): name, moref, biosUUID, instanceUUID, power, template,
     /// cpus, memoryMB, extraConfig, ip, pool.
     pub fn vms(&self) -> Vec<Value> {
-        self.command(json!({"cmd": "vms"}))["vms"]
+        let command = json!({"cmd": "vms"});
+        // The listing reads each VM's properties after finding it: a VM destroyed in
+        // between fails the read. Look again, a few times.
+        for _ in 0..10 {
+            let answer = self.answer(&command);
+            if answer["ok"] == true {
+                return answer["vms"].as_array().cloned().unwrap_or_default();
+            }
+            if !answer["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("already been deleted"))
+            {
+                panic!("vcsim command {command} failed: {answer}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        self.command(command)["vms"]
             .as_array()
             .cloned()
             .unwrap_or_default()

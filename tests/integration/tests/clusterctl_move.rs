@@ -724,10 +724,21 @@ async fn clusterctl_move_adopts_every_vm_and_creates_none() {
     assert_eq!(target_provider_ids, provider_ids);
 
     // The source let go without touching a VM; the target created none.
-    assert!(
-        infra_machines(&source_client, &ns.name).await.is_empty(),
-        "the source still has infra machines"
-    );
+    let left = infra_machines(&source_client, &ns.name).await;
+    if !left.is_empty() {
+        let objects = api(&source_client, &ns.name, INFRA_VERSION, "VSphereMachine")
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        panic!(
+            "the source still has infra machines: {left:#?}\n{:#?}",
+            objects
+                .items
+                .iter()
+                .map(|o| &o.metadata)
+                .collect::<Vec<_>>()
+        );
+    }
     let after = backends.census();
     let creates_after = backends.creates();
     eprintln!("after the move: census {after:#?}\ncreates {creates_after:?}");
@@ -804,6 +815,15 @@ async fn clusterctl_move_adopts_every_vm_and_creates_none() {
     // Deleting removed the libvirt volumes; the other counts only grow.
     let creates_end = backends.creates();
     assert_eq!(creates_end.libvirt_volumes, 0, "libvirt volumes left");
+    // The adopted Proxmox VMs' seed ISOs were named after the old UIDs: gone too.
+    let seeds: Vec<String> = backends
+        .pve
+        .isos()
+        .into_values()
+        .flatten()
+        .filter(|iso| iso.contains("banlieue-"))
+        .collect();
+    assert!(seeds.is_empty(), "seed ISOs left on Proxmox: {seeds:?}");
     assert_eq!(
         creates_end,
         Creates {

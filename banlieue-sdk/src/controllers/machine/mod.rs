@@ -199,6 +199,11 @@ fn identity<K: Machine>(machine: &K) -> MachineIdentity {
 }
 
 async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {
+    if deleted_for_move(machine.meta()) {
+        // `clusterctl move` is about to delete this copy (its patch replaced every
+        // annotation, a pause included); the copy on the target owns the VM now.
+        return Ok(Action::await_change());
+    }
     let gate = capi::gate(machine, ctx).await?;
     let (placement, capi_bootstrap) = match gate {
         capi::Gate::Standalone => (None, None),
