@@ -290,7 +290,9 @@ mod tests {
                 None => i,
             }
         };
-        let cases: [(Option<&str>, &str, Result<Option<&str>, &str>); 6] = [
+        // (providerID, the kind's scheme, what follows `<scheme>://` or the error reason)
+        type Case<'a> = (Option<&'a str>, &'a str, Result<Option<&'a str>, &'a str>);
+        let cases: [Case<'_>; 6] = [
             (None, "libvirt", Ok(None)),
             (
                 Some("libvirt://0B9E8A62-5D7C-4C51-9F0E-2A9F6C1D3E47"),
