@@ -473,7 +473,11 @@ async fn a_restored_machine_adopts_its_vm_and_one_whose_vm_is_gone_creates_none(
     assert_eq!(operator.sim.machines(&endpoint).len(), 1);
 
     // Lost and restored from a backup: the object comes back with a new UID and its
-    // providerID; the VM never went away.
+    // providerID; the VM never went away. The operator is stopped while the object is
+    // lost, or it would put its finalizer back and delete the VM on the DELETE.
+    let sim = operator.sim.clone();
+    drop(operator);
+    tokio::time::sleep(Duration::from_secs(2)).await;
     machines
         .patch(
             "m",
@@ -487,6 +491,20 @@ async fn a_restored_machine_adopts_its_vm_and_one_whose_vm_is_gone_creates_none(
         .await
         .unwrap();
     wait_gone(&machines, "m", WAIT).await;
+    assert_eq!(
+        sim.machines(&endpoint).len(),
+        1,
+        "the VM outlived its object"
+    );
+    let mut registry = banlieue_sdk::backend::BackendRegistry::default();
+    registry.register(banlieue_sdk::api::common::ProviderClass::Sim, sim.clone());
+    let operator = Operator::start_with_registry(
+        ns.client.clone(),
+        &ns.name,
+        registry,
+        sim,
+        Duration::from_secs(5),
+    );
     apply(&ns.client, &ns.name, &machine("m", Some(&provider_id)))
         .await
         .unwrap();
