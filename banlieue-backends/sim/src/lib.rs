@@ -168,6 +168,8 @@
 //!     spec: banlieue_sdk::backend::MachineSpec::VSphere(spec),
 //!     failure_domain: None,
 //!     bootstrap: None,
+//!     instance_id: None,
+//!     disks_imported: false,
 //! };
 //! let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
 //! let observation = runtime.block_on(backend.ensure(&request)).unwrap();

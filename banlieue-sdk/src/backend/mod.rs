@@ -50,6 +50,7 @@
 //! assert!(registry.get(ProviderClass::Sim).is_some());
 //! ```
 
+mod disks;
 mod error;
 mod registry;
 mod secret;
@@ -57,6 +58,7 @@ mod types;
 
 use async_trait::async_trait;
 
+pub use disks::{DiskFormat, DiskTransfer, OS_DISK, StagedDisk};
 pub use error::{BACKEND_VM_MISSING, BackendError, ErrorClass};
 pub use registry::{BackendFactory, BackendRegistry};
 pub use secret::SecretValue;
@@ -95,4 +97,11 @@ pub trait Backend: Send + Sync {
     /// off first if needed).
     /// Deleting a machine that does not exist is `Ok(Deletion::Gone)`.
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError>;
+
+    /// Its disk export and import, when it has them (`migration.strategy: CopyDisk`
+    /// needs them on both sides; without, such a move is refused before anything is
+    /// touched).
+    fn disk_transfer(&self) -> Option<&dyn DiskTransfer> {
+        None
+    }
 }

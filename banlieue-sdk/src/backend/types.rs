@@ -209,6 +209,22 @@ pub struct MachineRequest {
     pub failure_domain: Option<String>,
     /// Bootstrap data, when there is any.
     pub bootstrap: Option<BootstrapData>,
+    /// The cloud-init `instance-id` to hand the guest, when it is not the UID: a
+    /// machine whose disks were copied from another keeps that one's, so the guest
+    /// does not run its first boot again. Use [`MachineRequest::instance_id`].
+    pub instance_id: Option<String>,
+    /// The machine's disks were put in place by
+    /// [`DiskTransfer::import`](super::DiskTransfer::import) (`CopyDisk`): create it on
+    /// them. Never clone the image instead: disks that are not there are a terminal
+    /// error naming what is missing.
+    pub disks_imported: bool,
+}
+
+impl MachineRequest {
+    /// The cloud-init `instance-id`: the one carried over, else the UID.
+    pub fn instance_id(&self) -> &str {
+        self.instance_id.as_deref().unwrap_or(&self.identity.uid)
+    }
 }
 
 /// What a backend observed about a machine.

@@ -34,6 +34,17 @@ pub const PROVIDER_LABEL: &str = "banlieue.io/provider";
 /// Annotation on infra machines built for a VM: the failure domain to place it in
 /// (CAPI-owned machines take it from their Machine instead).
 pub const FAILURE_DOMAIN_ANNOTATION: &str = "banlieue.io/failure-domain";
+/// Annotation on an infra machine made on disks copied from another (`CopyDisk`): the
+/// cloud-init `instance-id` it keeps, the source's, so the guest's first boot does not
+/// run again.
+pub const INSTANCE_ID_ANNOTATION: &str = "banlieue.io/instance-id";
+/// Annotation on an infra machine made on disks copied from another (`CopyDisk`): the
+/// machine they came from (`<Kind>/<name> on <Provider>`). Its backend creates it on
+/// the imported disks, never from the image.
+pub const COPIED_FROM_ANNOTATION: &str = "banlieue.io/copied-from";
+/// Annotation on an infra machine whose disks are still being copied in (`CopyDisk`):
+/// its controller creates nothing until it goes. The value names the source machine.
+pub const IMPORTING_DISKS_ANNOTATION: &str = "banlieue.io/importing-disks";
 /// The Provider setting that picks which kind a `sim` Provider builds.
 pub const SIM_MACHINE_KIND_SETTING: &str = "machineKind";
 

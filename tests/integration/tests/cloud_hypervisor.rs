@@ -75,6 +75,8 @@ fn request(rig: &ChRig, uid: &str, power: &str, image: Option<Value>) -> Machine
             user_data: "#cloud-config\nhostname: from-bootstrap\n".into(),
             network_config: None,
         }),
+        instance_id: None,
+        disks_imported: false,
     }
 }
 

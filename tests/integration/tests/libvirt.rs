@@ -402,6 +402,8 @@ fn request(uid: &str, name: &str, pool: &str, image: &str) -> MachineRequest {
         }),
         failure_domain: None,
         bootstrap: None,
+        instance_id: None,
+        disks_imported: false,
     }
 }
 

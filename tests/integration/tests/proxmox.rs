@@ -409,6 +409,8 @@ fn request(uid: &str, template: u32) -> MachineRequest {
         spec: MachineSpec::Proxmox(spec),
         failure_domain: Some("pve1".into()),
         bootstrap: None,
+        instance_id: None,
+        disks_imported: false,
     }
 }
 

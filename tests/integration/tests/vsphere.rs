@@ -71,6 +71,8 @@ fn request(uid: &str, template: &str, linked: bool) -> MachineRequest {
             user_data: SecretValue::new("#cloud-config\nruncmd: [echo hi]\n"),
             network_config: None,
         }),
+        instance_id: None,
+        disks_imported: false,
     }
 }
 

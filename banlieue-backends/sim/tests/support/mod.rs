@@ -85,6 +85,8 @@ pub fn request(uid: &str, spec: MachineSpec) -> MachineRequest {
         spec,
         failure_domain: None,
         bootstrap: None,
+        instance_id: None,
+        disks_imported: false,
     }
 }
 

@@ -39,7 +39,10 @@ use crate::api::common::BootstrapFormat;
 use crate::backend::{
     BackendError, BootstrapData, Deletion, MachineIdentity, MachineRequest, SecretValue,
 };
-use crate::build::FAILURE_DOMAIN_ANNOTATION;
+use crate::build::{
+    COPIED_FROM_ANNOTATION, FAILURE_DOMAIN_ANNOTATION, IMPORTING_DISKS_ANNOTATION,
+    INSTANCE_ID_ANNOTATION,
+};
 use crate::capi::metadata::{CLUSTER_NAME_LABEL, deleted_for_move};
 use crate::capi::objects::{Cluster as CapiCluster, Machine as CapiMachine};
 use crate::contract::InfraMachineRead;
@@ -204,6 +207,22 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         // annotation, a pause included); the copy on the target owns the VM now.
         return Ok(Action::await_change());
     }
+    if let Some(source) = machine.annotations().get(IMPORTING_DISKS_ANNOTATION) {
+        // `CopyDisk`: the VM controller imports the disks under this machine's UID
+        // first; creating it now would clone the image instead.
+        let message = format!("its disks are being copied from {source}");
+        write_status(
+            machine,
+            ctx,
+            Outcome::Waiting {
+                reason: "ImportingDisks",
+                message: &message,
+            },
+            None,
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
     let gate = capi::gate(machine, ctx).await?;
     let (placement, capi_bootstrap) = match gate {
         capi::Gate::Standalone => (None, None),
@@ -336,6 +355,8 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
                 .cloned(),
         },
         bootstrap,
+        instance_id: machine.annotations().get(INSTANCE_ID_ANNOTATION).cloned(),
+        disks_imported: machine.annotations().contains_key(COPIED_FROM_ANNOTATION),
     };
     let reported = placement.as_ref().and_then(|p| p.reported.as_deref());
     match backend.ensure(&request).await {
