@@ -207,8 +207,12 @@ pub struct DataDisk {
     .message("migration.stopSourceFirst: false is not supported yet: the old machine is always stopped and removed before the new one starts"))]
 pub struct MigrationPolicy {
     /// `Recreate` (default): the old machine is removed, then a new one is made from the
-    /// image (the disk does not move). `CopyDisk`: keep the disks. No backend pair
-    /// exports and imports disks yet, so a move with `CopyDisk` is refused before
+    /// image (the disk does not move). `CopyDisk`: keep the disks: the old machine is
+    /// stopped, its disks exported, converted with `qemu-img` and imported on the
+    /// target, the new machine made on them (keeping the cloud-init instance-id) and
+    /// started, and the old one deleted once the new one is Ready. libvirt, Cloud
+    /// Hypervisor and vSphere move disks; a move from or to a backend that cannot
+    /// (Proxmox), or between two Providers of the same kind, is refused before
     /// anything is touched (`Migrating=False`, reason `CopyDiskUnsupported`) and the VM
     /// stays where it is; it never falls back to `Recreate`.
     #[serde(default)]
@@ -238,8 +242,8 @@ pub enum MigrationStrategy {
     /// Create the machine anew from the image on the target.
     #[default]
     Recreate,
-    /// Keep the disks (export, `qemu-img convert`, import); refused until a backend
-    /// pair supports it.
+    /// Keep the disks (stop, export, `qemu-img convert`, import, start, delete the
+    /// source); refused before anything is touched where a backend cannot.
     CopyDisk,
 }
 

@@ -169,6 +169,16 @@ impl InfraMachine {
         }
     }
 
+    /// Its metadata, to change.
+    pub fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        match self {
+            Self::VSphere(m) => m.meta_mut(),
+            Self::Proxmox(m) => m.meta_mut(),
+            Self::Libvirt(m) => m.meta_mut(),
+            Self::CloudHypervisor(m) => m.meta_mut(),
+        }
+    }
+
     /// The spec as the backend would receive it.
     pub fn backend_spec(&self) -> MachineSpec {
         match self {

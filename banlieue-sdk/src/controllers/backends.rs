@@ -273,6 +273,11 @@ impl Instrumented {
         result
     }
 
+    /// The backend's disk export and import, when it has them (`CopyDisk`).
+    pub fn disk_transfer(&self) -> Option<&dyn crate::backend::DiskTransfer> {
+        self.backend.disk_transfer()
+    }
+
     pub async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
         let started = Instant::now();
         let result = self.backend.delete(identity).await;

@@ -120,6 +120,8 @@ pub(crate) struct Context {
     pub capi_placements: Mutex<HashMap<String, String>>,
     /// What this process wrote last, for reconciles whose cache lags behind it.
     pub written: WrittenStatuses,
+    /// `CopyDisk` disk copies running beside the reconciles, by VM UID.
+    pub copies: super::virtual_machine::copy_disk::job::Jobs,
     events: super::events::Events,
     writers: Mutex<Option<Writers>>,
     failures: Mutex<HashMap<String, u32>>,
@@ -178,6 +180,7 @@ impl Context {
             capi_installed,
             capi_placements: Mutex::new(HashMap::new()),
             written: WrittenStatuses::default(),
+            copies: Default::default(),
             writers: Mutex::new(Some(Writers {
                 providers: providers_w,
                 classes: classes_w,

@@ -1,6 +1,7 @@
 //! Finding, comparing, applying and deleting a VM's infrastructure machine, whatever
 //! its kind.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
@@ -10,9 +11,11 @@ use serde_json::Value;
 
 use super::context::Context;
 use crate::api::Provider;
+use crate::api::common::PowerState;
 use crate::api::common::TypedLocalObjectReference;
 use crate::api::infra::MachineStatus;
 use crate::api::virtual_machine::ScheduledPlacement;
+use crate::backend::{MachineIdentity, MachineRequest};
 use crate::build::{FAILURE_DOMAIN_ANNOTATION, PROVIDER_LABEL};
 use crate::contract::{InfraMachine, InfraMachineKind, InfraMachineRead};
 
@@ -30,6 +33,9 @@ pub(crate) struct Existing {
     pub deleting: bool,
     pub provider_id: Option<String>,
     pub status: Option<MachineStatus>,
+    pub uid: String,
+    pub desired_power: PowerState,
+    pub annotations: BTreeMap<String, String>,
     /// `spec` without `providerID` (which the machine controller owns), plus the labels
     /// and annotations, for comparing with what the builder wants.
     comparable: Value,
@@ -51,6 +57,16 @@ impl Existing {
             self.provider.as_deref()?,
             self.failure_domain.as_deref(),
         )
+    }
+
+    /// Its identity for its backend.
+    pub fn identity(&self, namespace: &str) -> MachineIdentity {
+        MachineIdentity {
+            uid: self.uid.clone(),
+            namespace: namespace.to_owned(),
+            name: self.name.clone(),
+            provider_id: self.provider_id.clone().filter(|id| !id.is_empty()),
+        }
     }
 
     /// True when `built` would change nothing we own.
@@ -86,6 +102,9 @@ where
         deleting: object.meta().deletion_timestamp.is_some(),
         provider_id: object.provider_id().map(str::to_owned),
         status: object.machine_status().cloned(),
+        uid: object.uid().unwrap_or_default(),
+        desired_power: object.desired_power_state(),
+        annotations: object.annotations().clone(),
         comparable,
     })
 }
@@ -121,6 +140,57 @@ fn api(ctx: &Context, kind: InfraMachineKind, namespace: &str) -> Api<DynamicObj
         plural: kind.plural().into(),
     };
     Api::namespaced_with(ctx.client.clone(), namespace, &resource)
+}
+
+/// What the backend of `machine` is asked to create when its disks were copied in:
+/// its identity and spec as the cache holds them (the UID is the import's key).
+pub(crate) fn copied_request(
+    ctx: &Context,
+    namespace: &str,
+    machine: &Existing,
+    instance_id: String,
+) -> Option<MachineRequest> {
+    let s = &ctx.stores;
+    let spec = match machine.kind {
+        InfraMachineKind::VSphere => s
+            .vsphere
+            .get(&ObjectRef::new(&machine.name).within(namespace))
+            .map(|m| m.backend_spec()),
+        InfraMachineKind::Proxmox => s
+            .proxmox
+            .get(&ObjectRef::new(&machine.name).within(namespace))
+            .map(|m| m.backend_spec()),
+        InfraMachineKind::Libvirt => s
+            .libvirt
+            .get(&ObjectRef::new(&machine.name).within(namespace))
+            .map(|m| m.backend_spec()),
+        InfraMachineKind::CloudHypervisor => s
+            .cloud_hypervisor
+            .get(&ObjectRef::new(&machine.name).within(namespace))
+            .map(|m| m.backend_spec()),
+    }?;
+    Some(MachineRequest {
+        identity: machine.identity(namespace),
+        spec,
+        failure_domain: machine.failure_domain.clone(),
+        bootstrap: None,
+        instance_id: Some(instance_id),
+        disks_imported: true,
+    })
+}
+
+/// Merge-patches an infra machine (fields the VM controller changes outside a build:
+/// a move's power-off, its failure record).
+pub(crate) async fn patch(
+    ctx: &Context,
+    namespace: &str,
+    machine: &Existing,
+    patch: &Value,
+) -> Result<(), kube::Error> {
+    api(ctx, machine.kind, namespace)
+        .patch(&machine.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(())
 }
 
 /// Server-side applies a built machine.

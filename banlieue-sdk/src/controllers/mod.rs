@@ -73,6 +73,10 @@ pub struct Settings {
     pub sync_period: Duration,
     /// Parallel reconciles per controller.
     pub concurrency: Concurrency,
+    /// Where `CopyDisk` stages disks between export and import (a directory per VM,
+    /// removed after): an emptyDir or PVC in the Deployment, as large as the largest
+    /// VM's disks twice over (the export and its conversion).
+    pub staging_dir: std::path::PathBuf,
 }
 
 impl Default for Settings {
@@ -82,6 +86,7 @@ impl Default for Settings {
             watch_filter: None,
             sync_period: Duration::from_secs(600),
             concurrency: Concurrency::default(),
+            staging_dir: std::env::temp_dir().join("banlieue-staging"),
         }
     }
 }

@@ -44,6 +44,7 @@ impl CrashableOperator {
             watch_filter: None,
             sync_period,
             concurrency: Concurrency::default(),
+            ..Settings::default()
         };
         let finished = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let done = finished.clone();

@@ -51,6 +51,7 @@ impl Operator {
             watch_filter: None,
             sync_period,
             concurrency: Concurrency::default(),
+            ..Settings::default()
         };
         let readiness = Readiness::default();
         let (stop, stopped) = oneshot::channel::<()>();

@@ -15,6 +15,8 @@ use kube::runtime::finalizer;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
+pub(crate) mod copy_disk;
+
 use super::bootstrap;
 use super::context::{Context, key_of};
 use super::feed::Subscription;
@@ -264,45 +266,8 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             e.provider.as_deref() != Some(target.provider.as_str()) || Some(e.kind) != wanted_kind
         })
         .collect();
-    if !stale.is_empty() && vm.spec.migration.strategy == MigrationStrategy::CopyDisk {
-        // No backend pair exports and imports disks yet: refuse before touching
-        // anything, never fall back to Recreate (that would throw the disk away).
-        let from = stale[0].provider.clone().unwrap_or_default();
-        let message = copy_disk_refused(&from, &target.provider);
-        let current = vm.status.as_ref().and_then(|s| s.placement.clone());
-        let outcome = Outcome {
-            scheduling: match &current {
-                Some(here) => Scheduling::Placed(here),
-                None => Scheduling::Unschedulable {
-                    reason: COPY_DISK_UNSUPPORTED,
-                    message: &message,
-                },
-            },
-            migration: Some(Migration {
-                reason: COPY_DISK_UNSUPPORTED,
-                message: &message,
-                moving: false,
-            }),
-            waiting: None,
-        };
-        let refused_before = vm.status.as_ref().is_some_and(|s| {
-            conditions::get(&s.conditions, "Migrating")
-                .is_some_and(|c| c.reason == COPY_DISK_UNSUPPORTED)
-        });
-        if !refused_before {
-            ctx.event(
-                vm,
-                EventType::Warning,
-                COPY_DISK_UNSUPPORTED,
-                "Migrate",
-                message.clone(),
-            )
-            .await;
-        }
-        write_status(vm, ctx, &outcome, existing.iter().find(|e| !e.deleting)).await?;
-        return Ok(Action::requeue(ctx.settings.sync_period));
-    }
-    if !stale.is_empty() {
+    let copying = vm.spec.migration.strategy == MigrationStrategy::CopyDisk;
+    if !stale.is_empty() && !copying {
         for old in &stale {
             if !old.deleting {
                 infra::delete(ctx, &namespace, old).await?;
@@ -360,7 +325,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         target: &target,
         bootstrap_secret: bootstrap_secret.as_deref(),
     });
-    let built = match built {
+    let mut built = match built {
         Ok(built) => built,
         Err(error) => {
             let outcome = Outcome {
@@ -375,7 +340,26 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             return Ok(Action::await_change());
         }
     };
+    if !stale.is_empty() {
+        // CopyDisk (a Recreate deleted the stale machines above).
+        let target = existing
+            .iter()
+            .find(|e| !stale.iter().any(|s| std::ptr::eq(*s, *e)));
+        return copy_disk::advance(
+            ctx,
+            copy_disk::Move {
+                vm,
+                stale: &stale,
+                target,
+                built,
+                provider: &provider,
+                placement: &placement,
+            },
+        )
+        .await;
+    }
     let current_infra = existing.first();
+    copy_disk::keep_lineage(&mut built, current_infra);
     if !current_infra.is_some_and(|e| e.matches(&built)) {
         infra::apply(ctx, &built).await?;
         ctx.metrics.wrote(NAME);
@@ -523,18 +507,6 @@ fn target_of(placement: &ScheduledPlacement) -> Target {
         failure_domain: placement.failure_domain.clone(),
         topology: placement.topology.clone(),
     }
-}
-
-/// `Migrating` reason of a `CopyDisk` move that no backend pair can make yet.
-const COPY_DISK_UNSUPPORTED: &str = "CopyDiskUnsupported";
-
-fn copy_disk_refused(from: &str, to: &str) -> String {
-    format!(
-        "{from} -> {to}: spec.migration.strategy is CopyDisk, and no backend exports and \
-         imports disks yet, so nothing was moved and the VM stays on {from}. Set \
-         spec.migration.strategy to Recreate to move it without its disk (a new machine \
-         from the image), or put the placement back"
-    )
 }
 
 async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
