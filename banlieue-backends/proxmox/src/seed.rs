@@ -60,9 +60,11 @@ pub fn macs(spec: &ProxmoxMachineSpec, uid: &str, current: &Value) -> Vec<String
         .collect()
 }
 
-/// The seed's files. Ignition cannot travel on a NoCloud seed: terminal.
+/// The seed's files, `instance-id` = `instance_id` (the UID, or the one a copied
+/// machine keeps). Ignition cannot travel on a NoCloud seed: terminal.
 pub fn files(
     identity: &MachineIdentity,
+    instance_id: &str,
     spec: &ProxmoxMachineSpec,
     bootstrap: &BootstrapData,
     macs: &[String],
@@ -98,7 +100,7 @@ pub fn files(
         }
     };
     Ok(SeedFiles {
-        meta_data: banlieue_nocloud::meta_data(&identity.uid, &vm_name(identity)),
+        meta_data: banlieue_nocloud::meta_data(instance_id, &vm_name(identity)),
         user_data: bootstrap.user_data.expose().to_string(),
         network_config,
     })
@@ -222,7 +224,7 @@ mod tests {
             user_data: SecretValue::new("#cloud-config\nruncmd: [kubeadm join]\n"),
             network_config: None,
         };
-        let files = files(&identity(), &spec(), &bootstrap, &macs).unwrap();
+        let files = files(&identity(), UID, &spec(), &bootstrap, &macs).unwrap();
         assert_eq!(
             files.meta_data,
             format!("instance-id: \"{UID}\"\nlocal-hostname: \"web-1\"\n")
@@ -244,7 +246,7 @@ mod tests {
             format: BootstrapFormat::Ignition,
             ..bootstrap
         };
-        let error = super::files(&identity(), &spec(), &ignition, &macs).unwrap_err();
+        let error = super::files(&identity(), UID, &spec(), &ignition, &macs).unwrap_err();
         assert_eq!(error.reason, "UnsupportedBootstrapFormat");
         assert!(!error.message.contains("kubeadm"));
     }

@@ -28,6 +28,7 @@ mod bootstrap;
 mod capi;
 mod cluster;
 mod context;
+pub mod disk_copy;
 mod events;
 mod feed;
 mod image;

@@ -359,7 +359,20 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         disks_imported: machine.annotations().contains_key(COPIED_FROM_ANNOTATION),
     };
     let reported = placement.as_ref().and_then(|p| p.reported.as_deref());
-    match backend.ensure(&request).await {
+    let ensured = if request.disks_imported && backend.disk_transfer().is_none() {
+        // Annotated as made on copied disks by hand, or the Provider changed class:
+        // this backend cannot have them, and must not clone the image instead.
+        Err(BackendError::terminal(
+            "ImportedDisksUnsupported",
+            format!(
+                "annotated {COPIED_FROM_ANNOTATION}, but the {} backend cannot import disks",
+                backend.class.as_str()
+            ),
+        ))
+    } else {
+        backend.ensure(&request).await
+    };
+    match ensured {
         Ok(observation) => {
             // The providerID patch bumps the generation: the status is computed from the
             // object it returns, or it would carry the old observedGeneration and need a
