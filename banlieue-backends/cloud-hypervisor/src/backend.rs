@@ -9,13 +9,15 @@ use banlieue_sdk::api::common::PowerState;
 use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
-    Backend, BackendError, BackendFactory, Connection, Deletion, ImageLookup, ImageSourceSet,
-    Inventory, MachineIdentity, MachineObservation, MachineRequest, MachineSpec, Pending,
+    Backend, BackendError, BackendFactory, Connection, Deletion, DiskTransfer, ImageLookup,
+    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest, MachineSpec,
+    Pending,
 };
 use tracing::{info, warn};
 
 use crate::addresses;
 use crate::client::{ApiError, VmmClient};
+use crate::disks::import;
 use crate::inventory;
 use crate::prepare;
 use crate::settings::ChSettings;
@@ -53,7 +55,7 @@ impl BackendFactory for ChFactory {
 static LOCKS: LazyLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> =
     LazyLock::new(Default::default);
 
-async fn lock(path: &Path) -> tokio::sync::OwnedMutexGuard<()> {
+pub(crate) async fn lock(path: &Path) -> tokio::sync::OwnedMutexGuard<()> {
     let mutex = LOCKS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -73,7 +75,9 @@ pub struct ChBackend {
     silent: Mutex<HashMap<String, Instant>>,
 }
 
-fn spec_of(request: &MachineRequest) -> Result<&CloudHypervisorMachineSpec, BackendError> {
+pub(crate) fn spec_of(
+    request: &MachineRequest,
+) -> Result<&CloudHypervisorMachineSpec, BackendError> {
     match &request.spec {
         MachineSpec::CloudHypervisor(spec) => Ok(spec),
         other => Err(BackendError::terminal(
@@ -91,7 +95,7 @@ fn host_error(what: &str, path: &Path, e: std::io::Error) -> BackendError {
 }
 
 /// The power state a VMM's `vm.info` state means.
-fn power_of(state: Option<&str>) -> PowerState {
+pub(crate) fn power_of(state: Option<&str>) -> PowerState {
     match state {
         Some("Running") => PowerState::PoweredOn,
         Some("Paused") => PowerState::Suspended,
@@ -124,7 +128,7 @@ impl ChBackend {
     /// The machine's directory. It is named after the UID of the object that created
     /// it, which `spec.providerID` (`cloud-hypervisor://<that UID>`) keeps once set: a
     /// moved or restored object (new UID) finds the same VM.
-    fn dir_of(&self, identity: &MachineIdentity) -> Result<VmDir, BackendError> {
+    pub(crate) fn dir_of(&self, identity: &MachineIdentity) -> Result<VmDir, BackendError> {
         let key = identity.provider_id_for("cloud-hypervisor")?;
         VmDir::new(
             &self.settings.state_dir,
@@ -132,7 +136,7 @@ impl ChBackend {
         )
     }
 
-    fn client(&self, dir: &VmDir) -> VmmClient {
+    pub(crate) fn client(&self, dir: &VmDir) -> VmmClient {
         VmmClient::new(dir.socket(), self.settings.api_timeout)
     }
 
@@ -592,9 +596,9 @@ impl Backend for ChBackend {
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
         let dir = self.dir_of(identity)?;
         let _guard = lock(dir.path()).await;
-        let partial = dir.partial();
-        if partial.exists() {
-            std::fs::remove_dir_all(&partial).map_err(|e| host_error("removing", &partial, e))?;
+        // Disks imported (or half imported) for a machine that will not be made.
+        for leftover in [dir.partial(), dir.importing(), dir.imported()] {
+            import::remove_dir(&leftover)?;
         }
         let record = dir.load()?;
         if let Some(pid) = record.as_ref().and_then(|r| r.pid) {
@@ -630,6 +634,11 @@ impl Backend for ChBackend {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Deletion::Gone),
             Err(e) => Err(host_error("removing", dir.path(), e)),
         }
+    }
+
+    /// Export and import of the machine's disk files ([`crate::disks`]).
+    fn disk_transfer(&self) -> Option<&dyn DiskTransfer> {
+        Some(self)
     }
 }
 

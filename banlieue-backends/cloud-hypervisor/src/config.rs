@@ -46,6 +46,11 @@ pub fn os_disk_name(format: DiskFormat) -> &'static str {
     }
 }
 
+/// The file name of the additional disk at `index` (raw, sparse).
+pub fn data_disk_name(index: usize) -> String {
+    format!("data-{index}.raw")
+}
+
 fn image_type(format: DiskFormat) -> &'static str {
     match format {
         DiskFormat::Raw => "Raw",
@@ -53,15 +58,42 @@ fn image_type(format: DiskFormat) -> &'static str {
     }
 }
 
-/// The `VmConfig` for `spec`, with the files in `dir`.
-/// `overlay`: the OS disk is a qcow2 overlay whose backing file is the image, which
-/// CH opens only when told to (`backing_files`).
+/// What the OS disk file is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OsDisk {
+    /// Its format (and so its file name, [`os_disk_name`]).
+    pub format: DiskFormat,
+    /// A qcow2 overlay whose backing file is the image, which CH opens only when
+    /// told to (`backing_files`).
+    pub overlay: bool,
+}
+
+impl OsDisk {
+    /// The OS disk made from `spec`'s image; `overlay` when the settings ask for a
+    /// qcow2 overlay (only a qcow2 image gets one).
+    pub fn from_image(spec: &CloudHypervisorMachineSpec, overlay: bool) -> Self {
+        Self {
+            format: spec.image.format,
+            overlay: overlay && spec.image.format == DiskFormat::Qcow2,
+        }
+    }
+
+    /// An imported OS disk: a flat raw file.
+    pub fn imported() -> Self {
+        Self {
+            format: DiskFormat::Raw,
+            overlay: false,
+        }
+    }
+}
+
+/// The `VmConfig` for `spec`, with the files in `dir` and the OS disk `os`.
 pub fn vm_config(
     uid: &str,
     spec: &CloudHypervisorMachineSpec,
     dir: &Path,
     macs: &[String],
-    overlay: bool,
+    os: OsDisk,
 ) -> Result<Value, BackendError> {
     let image = &spec.image;
     let payload = match (&image.kernel, &image.firmware) {
@@ -81,16 +113,16 @@ pub fn vm_config(
         }
     };
     let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
-    let mut os = json!({"id": "os", "path": path(os_disk_name(image.format)), "image_type": image_type(image.format)});
-    if overlay && image.format == DiskFormat::Qcow2 {
-        os["backing_files"] = json!(true);
+    let mut os_disk = json!({"id": "os", "path": path(os_disk_name(os.format)), "image_type": image_type(os.format)});
+    if os.overlay {
+        os_disk["backing_files"] = json!(true);
     }
     let mut disks = vec![
-        os,
+        os_disk,
         json!({"id": "cidata", "path": path("seed.img"), "readonly": true, "image_type": "Raw"}),
     ];
     for (i, _) in spec.additional_disks.iter().enumerate() {
-        disks.push(json!({"id": format!("data{i}"), "path": path(&format!("data-{i}.raw")), "image_type": "Raw"}));
+        disks.push(json!({"id": format!("data{i}"), "path": path(&data_disk_name(i)), "image_type": "Raw"}));
     }
     let net: Vec<Value> = spec
         .network
@@ -154,7 +186,7 @@ mod tests {
             &spec,
             Path::new("/state/u1"),
             &["52:54:00:00:00:01".into()],
-            false,
+            OsDisk::from_image(&spec, true),
         )
         .unwrap();
         assert_eq!(c["payload"]["kernel"], "/boot/vmlinux");
@@ -166,7 +198,7 @@ mod tests {
         let mut no_payload = spec.clone();
         no_payload.image.kernel = None;
         assert_eq!(
-            vm_config("u1", &no_payload, Path::new("/s"), &[], false)
+            vm_config("u1", &no_payload, Path::new("/s"), &[], OsDisk::imported())
                 .unwrap_err()
                 .reason,
             "InvalidImage"
@@ -183,8 +215,19 @@ mod tests {
         }))
         .unwrap();
         let macs = vec!["52:54:00:12:34:56".into(), mac("u", 1, None)];
-        let config = vm_config("u", &spec, Path::new("/s/u"), &macs, true).unwrap();
+        let config = vm_config(
+            "u",
+            &spec,
+            Path::new("/s/u"),
+            &macs,
+            OsDisk::from_image(&spec, true),
+        )
+        .unwrap();
         assert_eq!(config["disks"][0]["backing_files"], true);
+        let imported = vm_config("u", &spec, Path::new("/s/u"), &macs, OsDisk::imported()).unwrap();
+        assert_eq!(imported["disks"][0]["path"], "/s/u/disk.raw");
+        assert_eq!(imported["disks"][0]["image_type"], "Raw");
+        assert!(imported["disks"][0].get("backing_files").is_none());
         let openapi = fake_cloud_hypervisor::Spec::bundled();
         let errors = openapi.check_request(
             "PUT",

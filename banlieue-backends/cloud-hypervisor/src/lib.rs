@@ -25,8 +25,9 @@
 //!    qcow2 overlay backed by it ([`qcow2`], written in Rust, sized to `diskGiB`, opened
 //!    with `backing_files`), a raw image is copied and grown to `diskGiB`; create
 //!    additional disks (sparse raw),
-//!    write a NoCloud seed (FAT, label `CIDATA`: `meta-data` with the UID as
-//!    instance ID, `user-data` from the bootstrap data, `network-config` from it or
+//!    write a NoCloud seed (FAT, label `CIDATA`: `meta-data` with the request's
+//!    instance ID (the UID, or the one a machine made on copied disks keeps),
+//!    `user-data` from the bootstrap data, `network-config` from it or
 //!    from IPAM), and the `VmConfig` ([`config`]): payload (kernel + cmdline, or
 //!    firmware), CPUs, memory, disks, tap interfaces with stable MACs, RNG, serial to
 //!    `serial.log`, the UID as SMBIOS UUID and OEM string.
@@ -41,6 +42,18 @@
 //!    **Power on**: a new VMM (or `vm.boot` on a live one). **Suspend**: `vm.pause`.
 //! 5. **Delete**: `vm.delete`, `vmm.shutdown`, SIGTERM then SIGKILL if the process
 //!    lingers, then the directory is removed.
+//!
+//! **Disk transfer** ([`disks`], `migration.strategy: CopyDisk`): export copies a
+//! stopped machine's disk files into the staging directory as flat sparse raw files
+//! (`qemu-img convert`); import copies raw files into `<uid>.imported`, and
+//! `ensure` with `disks_imported` prepares the machine on them (the OS disk is then
+//! `disk.raw`) instead of the image.
+//! Errors: a machine not off → transient `MachineRunning`; an imported disk missing
+//! → terminal `ImportedDiskMissing`; staged disks that do not match the spec →
+//! terminal `DiskNotInSpec`, `DiskNotStaged`, `DuplicateDisk` or
+//! `UnsupportedDiskFormat`; an import for a machine that exists → terminal
+//! `MachineExists`; `qemu-img` missing → terminal `QemuImgNotFound`, failing →
+//! transient `QemuImgFailed`.
 //!
 //! **Supervision.** A VMM that is gone while banlieue wanted it running is reported
 //! as the transient error `VMMExited` (so the machine's `Ready` condition says so) for
@@ -95,9 +108,11 @@ pub mod addresses;
 mod backend;
 pub mod client;
 pub mod config;
+pub mod disks;
 pub mod inventory;
 pub mod prepare;
 pub mod qcow2;
+pub mod qemu_img;
 pub mod seed;
 pub mod settings;
 pub mod state;

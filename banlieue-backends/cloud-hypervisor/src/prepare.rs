@@ -1,7 +1,8 @@
 //! Making a machine's directory: the OS disk copied from the image (grown for raw
-//! images), additional disks, the NoCloud seed, the `VmConfig` and the record — all
-//! in `<uid>.partial`, renamed into place at the end so a crash never leaves a
-//! half-made machine that looks complete. And, after boot, taps joining bridges.
+//! images), additional disks — or both linked from an import ([`crate::disks`]) —,
+//! the NoCloud seed, the `VmConfig` and the record, all in `<uid>.partial`, renamed
+//! into place at the end so a crash never leaves a half-made machine that looks
+//! complete. And, after boot, taps joining bridges.
 
 use std::path::Path;
 
@@ -11,7 +12,8 @@ use banlieue_sdk::api::vm_image::DiskFormat;
 use banlieue_sdk::backend::{BackendError, MachineRequest};
 use tracing::info;
 
-use crate::config;
+use crate::config::{self, OsDisk};
+use crate::disks::import;
 use crate::qcow2;
 use crate::seed;
 use crate::state::{self, Intent, Record, VmDir};
@@ -20,7 +22,8 @@ fn io(what: &str, path: &Path, e: std::io::Error) -> BackendError {
     BackendError::transient("HostIOError", format!("{what} {}: {e}", path.display()))
 }
 
-/// Prepares the machine's directory and returns its record.
+/// Prepares the machine's directory and returns its record: its disks from the
+/// image, or the imported ones when `request.disks_imported`.
 pub async fn prepare(
     request: &MachineRequest,
     spec: &CloudHypervisorMachineSpec,
@@ -28,6 +31,13 @@ pub async fn prepare(
     qcow2_overlay: bool,
 ) -> Result<Record, BackendError> {
     let identity = &request.identity;
+    // Checked before anything is written: a missing disk leaves no trace.
+    let imported = if request.disks_imported {
+        Some(import::check(dir, spec)?)
+    } else {
+        image_disk(spec)?;
+        None
+    };
     let partial = dir.partial();
     if partial.exists() {
         // A crash mid-prepare: start over.
@@ -44,48 +54,29 @@ pub async fn prepare(
         std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| io("restricting", &partial, e))?;
     }
-    let source = Path::new(&spec.image.disk);
-    if !source.is_file() {
-        let _ = tokio::fs::remove_dir_all(&partial).await;
-        return Err(BackendError::terminal(
-            "ImageNotFound",
-            format!("the image disk {} is not on the host", source.display()),
-        ));
-    }
-    let os_disk = partial.join(config::os_disk_name(spec.image.format));
-    let want = spec.disk_gib.map_or(0, |gib| u64::from(gib) << 30);
-    let overlay = qcow2_overlay && spec.image.format == DiskFormat::Qcow2;
-    if overlay {
-        // Instant, and sized to diskGiB; the image must stay unchanged while in use.
-        qcow2::create_overlay(&os_disk, source, want).map_err(|e| {
-            BackendError::terminal(
-                "InvalidImage",
-                format!("a qcow2 overlay on {}: {e}", source.display()),
-            )
-        })?;
-    } else {
-        tokio::fs::copy(source, &os_disk)
-            .await
-            .map_err(|e| io("copying the image to", &os_disk, e))?;
-        if spec.image.format == DiskFormat::Raw && want > 0 {
-            grow(&os_disk, want)?;
+    let os = match &imported {
+        Some(files) => {
+            import::link(files, &partial)?;
+            grow_imported(spec, &partial)?;
+            OsDisk::imported()
         }
-    }
-    for (i, disk) in spec.additional_disks.iter().enumerate() {
-        let path = partial.join(format!("data-{i}.raw"));
-        let file = std::fs::File::create(&path).map_err(|e| io("creating", &path, e))?;
-        file.set_len(u64::from(disk.size_gib) << 30)
-            .map_err(|e| io("sizing", &path, e))?;
-    }
+        None => from_image(spec, &partial, qcow2_overlay).await?,
+    };
     let macs: Vec<String> = spec
         .network
         .iter()
         .enumerate()
         .map(|(i, nic)| config::mac(&identity.uid, i, nic.mac_address.as_deref()))
         .collect();
-    let files = seed::files(identity, request.bootstrap.as_ref(), &spec.network, &macs)?;
+    let files = seed::files(
+        identity,
+        request.instance_id(),
+        request.bootstrap.as_ref(),
+        &spec.network,
+        &macs,
+    )?;
     seed::write_image(&partial.join("seed.img"), &files)?;
-    let vm_config = config::vm_config(&identity.uid, spec, dir.path(), &macs, overlay)?;
+    let vm_config = config::vm_config(&identity.uid, spec, dir.path(), &macs, os)?;
     let record = Record {
         uid: identity.uid.clone(),
         namespace: identity.namespace.clone(),
@@ -102,13 +93,87 @@ pub async fn prepare(
         config: vm_config,
         macs,
         interfaces: spec.network.clone(),
+        disk_names: spec
+            .additional_disks
+            .iter()
+            .map(|d| d.name.clone())
+            .collect(),
     };
     state::save_in(&partial, &record)?;
     tokio::fs::rename(&partial, dir.path())
         .await
         .map_err(|e| io("renaming into place", dir.path(), e))?;
+    // The machine's directory holds the disks now (the links); what is left over is
+    // only space, and `delete` sweeps it.
+    if imported.is_some()
+        && let Err(e) = import::remove_dir(&dir.imported())
+    {
+        tracing::warn!(uid = %identity.uid, error = %e, "imported disks not cleaned up");
+    }
     info!(uid = %identity.uid, dir = %dir.path().display(), "machine directory prepared");
     Ok(record)
+}
+
+/// The image's disk, which must be on the host.
+fn image_disk(spec: &CloudHypervisorMachineSpec) -> Result<&Path, BackendError> {
+    let source = Path::new(&spec.image.disk);
+    if source.is_file() {
+        Ok(source)
+    } else {
+        Err(BackendError::terminal(
+            "ImageNotFound",
+            format!("the image disk {} is not on the host", source.display()),
+        ))
+    }
+}
+
+/// The OS disk from the image (an overlay, or a copy grown to `diskGiB`) and empty
+/// additional disks, in `partial`.
+async fn from_image(
+    spec: &CloudHypervisorMachineSpec,
+    partial: &Path,
+    qcow2_overlay: bool,
+) -> Result<OsDisk, BackendError> {
+    let source = image_disk(spec)?;
+    let os = OsDisk::from_image(spec, qcow2_overlay);
+    let os_disk = partial.join(config::os_disk_name(os.format));
+    let want = spec.disk_gib.map_or(0, |gib| u64::from(gib) << 30);
+    if os.overlay {
+        // Instant, and sized to diskGiB; the image must stay unchanged while in use.
+        qcow2::create_overlay(&os_disk, source, want).map_err(|e| {
+            BackendError::terminal(
+                "InvalidImage",
+                format!("a qcow2 overlay on {}: {e}", source.display()),
+            )
+        })?;
+    } else {
+        tokio::fs::copy(source, &os_disk)
+            .await
+            .map_err(|e| io("copying the image to", &os_disk, e))?;
+        if spec.image.format == DiskFormat::Raw && want > 0 {
+            grow(&os_disk, want)?;
+        }
+    }
+    for (i, disk) in spec.additional_disks.iter().enumerate() {
+        let path = partial.join(config::data_disk_name(i));
+        let file = std::fs::File::create(&path).map_err(|e| io("creating", &path, e))?;
+        file.set_len(u64::from(disk.size_gib) << 30)
+            .map_err(|e| io("sizing", &path, e))?;
+    }
+    Ok(os)
+}
+
+/// Imported disks grow to the sizes the spec asks for, as disks from the image do.
+fn grow_imported(spec: &CloudHypervisorMachineSpec, partial: &Path) -> Result<(), BackendError> {
+    let os = partial.join(config::os_disk_name(OsDisk::imported().format));
+    grow(&os, spec.disk_gib.map_or(0, |gib| u64::from(gib) << 30))?;
+    for (i, disk) in spec.additional_disks.iter().enumerate() {
+        grow(
+            &partial.join(config::data_disk_name(i)),
+            u64::from(disk.size_gib) << 30,
+        )?;
+    }
+    Ok(())
 }
 
 /// Grows a raw disk to `bytes` (sparse); never shrinks it.

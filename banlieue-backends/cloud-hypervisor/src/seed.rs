@@ -13,9 +13,13 @@ use serde_json::{Value, json};
 /// The seed's file-system label (NoCloud matches it in either case).
 const LABEL: &str = "CIDATA";
 
-/// The seed's files for one machine.
+/// The seed's files for one machine. `instance_id` is
+/// [`MachineRequest::instance_id`](banlieue_sdk::backend::MachineRequest::instance_id):
+/// the UID, or the one a machine made on copied disks carries over so its guest does
+/// not run its first boot again.
 pub fn files(
     identity: &MachineIdentity,
+    instance_id: &str,
     bootstrap: Option<&BootstrapData>,
     interfaces: &[CloudHypervisorNetworkInterface],
     macs: &[String],
@@ -26,7 +30,8 @@ pub fn files(
         // Plain scalars (UIDs and DNS names need no quoting), as the e2e tests read them.
         format!(
             "instance-id: {}\nlocal-hostname: {}\n",
-            identity.uid, identity.name
+            scalar(instance_id),
+            identity.name
         )
         .into_bytes(),
     );
@@ -47,6 +52,20 @@ pub fn files(
     };
     files.insert("network-config".to_owned(), network);
     Ok(files)
+}
+
+/// `value` as a plain YAML scalar when it is a UID-like token, else quoted: a
+/// carried-over instance ID comes from an annotation and must not add keys.
+fn scalar(value: &str) -> String {
+    let plain = !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+    if plain {
+        value.to_owned()
+    } else {
+        banlieue_nocloud::yaml_quote(value)
+    }
 }
 
 /// cloud-init network config v2 (JSON is YAML) from the interfaces' IPAM, matched by MAC.
@@ -136,6 +155,7 @@ mod tests {
         }];
         let files = files(
             &identity,
+            "u-1",
             Some(&bootstrap),
             &nics,
             &["52:54:00:AA:BB:CC".into()],
@@ -156,12 +176,17 @@ mod tests {
             net["ethernets"]["eth0"]["match"]["macaddress"],
             "52:54:00:aa:bb:cc"
         );
+        let odd = super::files(&identity, "a\nb: c", None, &[], &[]).unwrap();
+        assert_eq!(
+            odd["meta-data"],
+            b"instance-id: \"a\\nb: c\"\nlocal-hostname: web-1\n"
+        );
         let ignition = BootstrapData {
             format: BootstrapFormat::Ignition,
             ..bootstrap
         };
         assert_eq!(
-            super::files(&identity, Some(&ignition), &[], &[])
+            super::files(&identity, "u-1", Some(&ignition), &[], &[])
                 .unwrap_err()
                 .reason,
             "UnsupportedBootstrapFormat"

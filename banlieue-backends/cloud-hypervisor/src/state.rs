@@ -13,6 +13,11 @@
 //! A machine is prepared in `<uid>.partial` and renamed into place, so a directory
 //! named after a UID is always complete, and the UID in the name is the tag that makes
 //! `ensure` idempotent across operator restarts.
+//!
+//! Disks imported for a machine not created yet (`CopyDisk`) are written into
+//! `<uid>.importing` and renamed to `<uid>.imported` once all are there; `ensure`
+//! links them into `<uid>.partial` and removes `<uid>.imported` once the machine is in
+//! place.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -68,6 +73,10 @@ pub struct Record {
     /// The interfaces as specified (IPAM), so `observe` reports addresses without a spec.
     #[serde(default)]
     pub interfaces: Vec<CloudHypervisorNetworkInterface>,
+    /// The additional disks' names, in order (`data-<n>.raw` is the n-th), so an
+    /// export can say which disk each file is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disk_names: Vec<String>,
 }
 
 /// Milliseconds since the epoch.
@@ -111,6 +120,16 @@ impl VmDir {
     /// Where the machine is prepared before it is renamed into place.
     pub fn partial(&self) -> PathBuf {
         self.path.with_extension("partial")
+    }
+
+    /// Where imported disks wait, complete, for the machine's `ensure`.
+    pub fn imported(&self) -> PathBuf {
+        self.path.with_extension("imported")
+    }
+
+    /// Where an import writes before it is complete.
+    pub fn importing(&self) -> PathBuf {
+        self.path.with_extension("importing")
     }
 
     /// The API socket.
@@ -188,5 +207,6 @@ mod tests {
         assert_eq!(VmDir::all(root.path()), vec![dir.clone()]);
         assert!(VmDir::new(root.path(), "../etc").is_err());
         assert_eq!(dir.partial(), root.path().join("0a1b-2c.partial"));
+        assert_eq!(dir.imported(), root.path().join("0a1b-2c.imported"));
     }
 }

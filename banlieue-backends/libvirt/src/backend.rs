@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
-    Backend, BackendError, BackendFactory, Connection, Deletion, ImageLookup, ImageSourceSet,
-    Inventory, MachineIdentity, MachineObservation, MachineRequest,
+    Backend, BackendError, BackendFactory, Connection, Deletion, DiskTransfer, ImageLookup,
+    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest,
 };
 
 use crate::client::{Client, blocking};
@@ -23,6 +23,10 @@ impl LibvirtBackend {
         Ok(Self {
             client: Arc::new(Client::new(connection)?),
         })
+    }
+
+    pub(crate) fn client(&self) -> &Arc<Client> {
+        &self.client
     }
 }
 
@@ -53,6 +57,11 @@ impl Backend for LibvirtBackend {
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
         let identity = identity.clone();
         blocking(&self.client, move |c| machine::delete(c, &identity)).await
+    }
+
+    /// Export and import over libvirt streams ([`crate::disks`]).
+    fn disk_transfer(&self) -> Option<&dyn DiskTransfer> {
+        Some(self)
     }
 }
 

@@ -39,6 +39,22 @@
 //! 3. observes: power state, addresses from the DHCP leases of libvirt networks (else
 //!    the guest agent), and the machine's name as `Hostname`.
 //!
+//! The seed's `instance-id` is the request's
+//! [`instance_id`](banlieue_sdk::backend::MachineRequest::instance_id): the UID, or the
+//! one a machine made on copied disks keeps.
+//!
+//! **Disk transfer** ([`disks`], `migration.strategy: CopyDisk`): export downloads a
+//! shut-off domain's volumes over libvirt streams, the OS overlay flattened with its
+//! image into one qcow2 file by `qemu-img` on the operator's host; import uploads
+//! qcow2 files as the new machine's volumes (no backing file), and `ensure` with
+//! `disks_imported` defines the domain on them, never on a clone of the image.
+//! Errors: a machine not off → transient `MachineRunning`; an imported disk missing
+//! → terminal `ImportedDiskMissing`; staged disks that do not match the spec →
+//! terminal `DiskNotInSpec`, `DiskNotStaged`, `DuplicateDisk` or
+//! `UnsupportedDiskFormat`; an import for a machine that exists → terminal
+//! `MachineExists`; `qemu-img` missing → terminal `QemuImgNotFound`, failing →
+//! transient `QemuImgFailed`.
+//!
 //! `delete` destroys and undefines the domain (with NVRAM, snapshot and checkpoint
 //! metadata), then deletes every volume named `bnl-<uid>-*` in every active pool, so
 //! volumes a crashed create left behind go too. The image is never touched.
@@ -52,12 +68,15 @@
 
 pub mod backend;
 pub mod client;
+pub mod disks;
 pub mod domain;
 pub mod error;
 pub mod inventory;
 pub mod machine;
+pub mod qemu_img;
 pub mod seed;
 pub mod settings;
+pub mod transfer;
 pub mod uri;
 pub mod volumes;
 pub mod xml;

@@ -12,6 +12,7 @@ use banlieue_sdk::backend::{
 };
 use virt::connect::Connect;
 use virt::domain::{Domain, DomainState};
+use virt::storage_pool::StoragePool;
 
 use crate::client::Client;
 use crate::domain::{
@@ -19,7 +20,7 @@ use crate::domain::{
     parse_defined, seed_volume_name, volume_prefix,
 };
 use crate::error::{classify, is_not_found};
-use crate::{inventory, seed, volumes};
+use crate::{disks, inventory, seed, volumes};
 
 /// `libvirt://<domain UUID>` (the UUID is the UID of the infra object that created it).
 pub fn provider_id(uid: &str) -> String {
@@ -29,7 +30,7 @@ pub fn provider_id(uid: &str) -> String {
 /// The identity the domain and its volumes carry. A domain's UUID cannot change, so
 /// once `spec.providerID` is set its UUID is the key: a moved or restored object (new
 /// UID, same providerID) finds the same domain and volumes. Before that, the UID.
-fn keyed(id: &MachineIdentity) -> Result<MachineIdentity, BackendError> {
+pub(crate) fn keyed(id: &MachineIdentity) -> Result<MachineIdentity, BackendError> {
     Ok(match id.provider_id_for("libvirt")? {
         Some(uuid) => MachineIdentity {
             uid: uuid,
@@ -40,7 +41,7 @@ fn keyed(id: &MachineIdentity) -> Result<MachineIdentity, BackendError> {
 }
 
 /// libvirt wants a UUID; Kubernetes UIDs are UUIDs.
-fn check_uid(uid: &str) -> Result<(), BackendError> {
+pub(crate) fn check_uid(uid: &str) -> Result<(), BackendError> {
     let ok = uid.len() == 36
         && uid.char_indices().all(|(i, c)| match i {
             8 | 13 | 18 | 23 => c == '-',
@@ -58,7 +59,7 @@ fn check_uid(uid: &str) -> Result<(), BackendError> {
     }
 }
 
-fn spec_of(request: &MachineRequest) -> Result<&LibvirtMachineSpec, BackendError> {
+pub(crate) fn spec_of(request: &MachineRequest) -> Result<&LibvirtMachineSpec, BackendError> {
     match &request.spec {
         MachineSpec::Libvirt(spec) => Ok(spec),
         other => Err(BackendError::terminal(
@@ -71,7 +72,7 @@ fn spec_of(request: &MachineRequest) -> Result<&LibvirtMachineSpec, BackendError
     }
 }
 
-fn find(conn: &Connect, uid: &str) -> Result<Option<Domain>, BackendError> {
+pub(crate) fn find(conn: &Connect, uid: &str) -> Result<Option<Domain>, BackendError> {
     match conn.lookup_domain_by_uuid_string(uid) {
         Ok(d) => Ok(Some(d)),
         Err(e) if is_not_found(&e) => Ok(None),
@@ -125,37 +126,17 @@ fn create(
         }
     }
     let pool = volumes::pool(conn, &spec.storage_pool)?;
-    let image = volumes::image(conn, &spec.image)?.ok_or_else(|| {
-        BackendError::terminal(
-            "ImageNotFound",
-            format!("the image {:?} is not on this host", spec.image),
-        )
-    })?;
-    let os_disk = VolumeRef {
-        pool: spec.storage_pool.clone(),
-        name: os_volume_name(&id.uid),
+    // Imported disks are the machine's whole state: never stand an image clone in.
+    let (os_disk, data_disks) = if request.disks_imported {
+        disks::imported(conn, &id.uid, spec)?
+    } else {
+        from_image(conn, &pool, &id.uid, spec)?
     };
-    volumes::ensure_os_disk(&pool, &os_disk.name, &image, spec.disk_gib)?;
-    let mut data_disks = Vec::new();
-    for disk in &spec.additional_disks {
-        let pool_name = disk
-            .storage
-            .clone()
-            .unwrap_or_else(|| spec.storage_pool.clone());
-        let disk_pool = volumes::pool(conn, &pool_name)?;
-        let name = data_volume_name(&id.uid, &disk.name);
-        let preallocate = disk.provisioning != DiskProvisioning::Thin;
-        volumes::ensure_data_disk(&disk_pool, &name, disk.size_gib, preallocate)?;
-        data_disks.push(VolumeRef {
-            pool: pool_name,
-            name,
-        });
-    }
     let seed_ref = VolumeRef {
         pool: spec.storage_pool.clone(),
         name: seed_volume_name(&id.uid),
     };
-    let files = seed::files(id, &provider_id(&id.uid), spec, request.bootstrap.as_ref())?;
+    let files = seed::files(id, request.instance_id(), spec, request.bootstrap.as_ref())?;
     let image_bytes = seed::vfat_image(&files)?;
     volumes::ensure_seed(conn, &pool, &seed_ref.name, &image_bytes)?;
     let plan = DomainPlan {
@@ -175,14 +156,52 @@ fn create(
     power(client, conn, &dom, id, spec)
 }
 
-fn state(dom: &Domain) -> Result<DomainState, BackendError> {
+/// The OS disk as an overlay on the image and empty additional disks, each created
+/// once (by name).
+fn from_image(
+    conn: &Connect,
+    pool: &StoragePool,
+    uid: &str,
+    spec: &LibvirtMachineSpec,
+) -> Result<(VolumeRef, Vec<VolumeRef>), BackendError> {
+    let image = volumes::image(conn, &spec.image)?.ok_or_else(|| {
+        BackendError::terminal(
+            "ImageNotFound",
+            format!("the image {:?} is not on this host", spec.image),
+        )
+    })?;
+    let os_disk = VolumeRef {
+        pool: spec.storage_pool.clone(),
+        name: os_volume_name(uid),
+    };
+    volumes::ensure_os_disk(pool, &os_disk.name, &image, spec.disk_gib)?;
+    let mut data_disks = Vec::new();
+    for disk in &spec.additional_disks {
+        let pool_name = disk
+            .storage
+            .clone()
+            .unwrap_or_else(|| spec.storage_pool.clone());
+        let disk_pool = volumes::pool(conn, &pool_name)?;
+        let name = data_volume_name(uid, &disk.name);
+        let preallocate = disk.provisioning != DiskProvisioning::Thin;
+        volumes::ensure_data_disk(&disk_pool, &name, disk.size_gib, preallocate)?;
+        data_disks.push(VolumeRef {
+            pool: pool_name,
+            name,
+        });
+    }
+    Ok((os_disk, data_disks))
+}
+
+/// The domain's state now.
+pub(crate) fn state(dom: &Domain) -> Result<DomainState, BackendError> {
     let (state, _) = dom
         .state()
         .map_err(|e| classify("reading the domain's state", &e))?;
     Ok(Result::<DomainState, _>::from(state).unwrap_or(DomainState::NoState))
 }
 
-fn power_state(state: DomainState) -> Option<PowerState> {
+pub(crate) fn power_state(state: DomainState) -> Option<PowerState> {
     match state {
         DomainState::Running | DomainState::Blocked | DomainState::Shutdown => {
             Some(PowerState::PoweredOn)

@@ -17,11 +17,14 @@ use crate::domain::macs;
 /// The seed volume's size: FAT12, room for a large cloud-config.
 pub const SEED_BYTES: usize = banlieue_nocloud::fat::IMAGE_BYTES;
 
-/// The seed's files for a machine. `provider_id` becomes the instance ID, so a
-/// redefined domain with the same UID is the same instance to cloud-init.
+/// The seed's files for a machine. `instance_id` is
+/// [`MachineRequest::instance_id`](banlieue_sdk::backend::MachineRequest::instance_id):
+/// the UID, so a redefined domain with the same UID is the same instance to
+/// cloud-init, or the one a machine made on copied disks carries over, so its guest
+/// does not run its first boot again.
 pub fn files(
     identity: &MachineIdentity,
-    provider_id: &str,
+    instance_id: &str,
     spec: &LibvirtMachineSpec,
     bootstrap: Option<&BootstrapData>,
 ) -> Result<SeedFiles, BackendError> {
@@ -40,7 +43,7 @@ pub fn files(
         None => network_config(&identity.uid, spec),
     };
     Ok(SeedFiles {
-        meta_data: banlieue_nocloud::meta_data(provider_id, &identity.name),
+        meta_data: banlieue_nocloud::meta_data(instance_id, &identity.name),
         user_data,
         network_config,
     })

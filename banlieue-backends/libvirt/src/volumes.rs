@@ -7,9 +7,9 @@ use banlieue_sdk::backend::BackendError;
 use virt::connect::Connect;
 use virt::storage_pool::StoragePool;
 use virt::storage_vol::StorageVol;
-use virt::stream::Stream;
 
 use crate::error::{classify, is_not_found};
+use crate::transfer;
 use crate::xml::escape;
 
 const GIB: u64 = 1024 * 1024 * 1024;
@@ -82,7 +82,8 @@ pub fn image(conn: &Connect, source: &LibvirtImageSource) -> Result<Option<Image
     }))
 }
 
-fn lookup(pool: &StoragePool, name: &str) -> Result<Option<StorageVol>, BackendError> {
+/// A volume of `pool` by name; `Ok(None)` when there is none.
+pub fn lookup(pool: &StoragePool, name: &str) -> Result<Option<StorageVol>, BackendError> {
     match pool.lookup_storage_vol_by_name(name) {
         Ok(v) => Ok(Some(v)),
         Err(e) if is_not_found(&e) => Ok(None),
@@ -138,6 +139,29 @@ pub fn ensure_data_disk(
     create(pool, name, &xml)
 }
 
+/// An empty qcow2 volume of `capacity` bytes with no backing file and nothing
+/// preallocated (an upload overwrites it from the start), in place of any volume of
+/// that name (what an interrupted import left).
+pub fn recreate_qcow2(
+    pool: &StoragePool,
+    name: &str,
+    capacity: u64,
+) -> Result<StorageVol, BackendError> {
+    if let Some(old) = lookup(pool, name)? {
+        match old.delete(0) {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(classify(&format!("deleting volume {name:?}"), &e)),
+        }
+    }
+    let xml = format!(
+        "<volume>\n  <name>{}</name>\n  <capacity unit='bytes'>{capacity}</capacity>\n  <allocation unit='bytes'>0</allocation>\n  <target>\n    <format type='qcow2'/>\n  </target>\n</volume>\n",
+        escape(name)
+    );
+    StorageVol::create_xml(pool, &xml, 0)
+        .map_err(|e| classify(&format!("creating volume {name:?}"), &e))
+}
+
 /// The seed volume, (re)written with `bytes`.
 pub fn ensure_seed(
     conn: &Connect,
@@ -151,29 +175,13 @@ pub fn ensure_seed(
         bytes.len()
     );
     let vol = create(pool, name, &xml)?;
-    let stream = Stream::new(conn, 0).map_err(|e| classify("opening an upload stream", &e))?;
-    vol.upload(&stream, 0, bytes.len() as u64, 0)
-        .map_err(|e| classify(&format!("uploading the seed to {name:?}"), &e))?;
-    let mut sent = 0;
-    while sent < bytes.len() {
-        match stream.send(&bytes[sent..]) {
-            Ok(n) if n > 0 => sent += n as usize,
-            Ok(_) => {
-                let _ = stream.abort();
-                return Err(BackendError::transient(
-                    "UploadFailed",
-                    format!("uploading the seed to {name:?}: stream closed"),
-                ));
-            }
-            Err(e) => {
-                let _ = stream.abort();
-                return Err(classify(&format!("uploading the seed to {name:?}"), &e));
-            }
-        }
-    }
-    stream
-        .finish()
-        .map_err(|e| classify(&format!("finishing the seed upload to {name:?}"), &e))
+    transfer::upload(
+        conn,
+        &vol,
+        &format!("the seed {name:?}"),
+        bytes,
+        bytes.len() as u64,
+    )
 }
 
 /// Deletes a volume; a volume already gone is fine.

@@ -183,12 +183,12 @@ async fn a_virtual_machine_boots_gets_a_lease_powers_off_and_on_and_is_deleted()
         "{os_xml}"
     );
 
-    // The guest read its seed (instance ID = providerID, hostname) and leased the
+    // The guest read its seed (instance ID = the machine's UID, hostname) and leased the
     // address the status shows, under that hostname.
     let domain = format!("{}.web-1", ns.name);
     let console = rig.console(&domain);
     assert!(
-        console.contains(&format!("instance-id=libvirt://{uid} hostname=web-1")),
+        console.contains(&format!("instance-id={uid} hostname=web-1")),
         "{console}"
     );
     assert!(

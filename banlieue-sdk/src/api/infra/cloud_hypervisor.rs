@@ -14,7 +14,7 @@ infra_machine! {
     doc: "A CloudHypervisorMachine is one Cloud Hypervisor VMM process on a host, booted from a kernel or firmware with its own copy of the image disk. It is the Cluster API InfraMachine for Cloud Hypervisor and the backend object banlieue creates for VirtualMachines scheduled onto a cloud-hypervisor Provider.",
     provider_ref_doc: "The cloud-hypervisor Provider (same namespace). For CAPI machines it may be left empty: banlieue then finds it from the failure domain CAPI assigned.",
     provider_id_scheme: "cloud-hypervisor://",
-    provider_id_doc: "`cloud-hypervisor://<uuid>`, set by banlieue once the VMM runs and offered to the guest as its instance ID.",
+    provider_id_doc: "`cloud-hypervisor://<uuid>`, set by banlieue once the VMM runs.",
     bootstrap_doc: "Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.",
     /// Desired state of a CloudHypervisorMachine.
     #[x_kube(validation = Rule::new("!has(self.maxCPUs) || self.maxCPUs >= self.cpus")

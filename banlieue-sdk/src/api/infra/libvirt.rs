@@ -15,7 +15,7 @@ infra_machine! {
     doc: "A LibvirtMachine is one libvirt domain (QEMU/KVM) on a libvirt host, with its OS disk cloned from an image volume and a NoCloud seed for bootstrap. It is the Cluster API InfraMachine for libvirt and the backend object banlieue creates for VirtualMachines scheduled onto a libvirt Provider.",
     provider_ref_doc: "The libvirt Provider (same namespace). For CAPI machines it may be left empty: banlieue then finds it from the failure domain CAPI assigned.",
     provider_id_scheme: "libvirt://",
-    provider_id_doc: "`libvirt://<domain UUID>`, set by banlieue once the domain exists and offered to the guest as its instance ID.",
+    provider_id_doc: "`libvirt://<domain UUID>`, set by banlieue once the domain exists.",
     bootstrap_doc: "Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.",
     /// Desired state of a LibvirtMachine.
     pub struct LibvirtMachineSpec {
