@@ -3,13 +3,17 @@
 //! MAC, and the first disk grown to `diskGiB`. Devices are read from
 //! `config.hardware.device`, changed in place and sent back whole, as vSphere replaces
 //! a device on `edit`.
+//!
+//! Also the devices of a machine created on imported disks ([`create_devices`]): a SCSI
+//! controller, the disks on it, network devices; and the disks of a machine as an
+//! export reads them ([`virtual_disks`]).
 
 use banlieue_sdk::api::common::DiskProvisioning;
 use banlieue_sdk::api::infra::MachineDisk;
 use banlieue_sdk::backend::BackendError;
 
 use crate::client::methods::DeviceChange;
-use crate::client::{Element, MoRef};
+use crate::client::{DatastorePath, Element, MoRef};
 
 /// Where a network device should be connected.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -254,6 +258,212 @@ pub fn disk_adds(
     Ok(out)
 }
 
+/// Where a disk sits: `<controller key>:<unit number>`, as
+/// [`guestinfo::DISK_NAMES_KEY`](crate::guestinfo::DISK_NAMES_KEY) records it.
+pub fn disk_location(controller_key: &str, unit_number: &str) -> String {
+    format!("{}:{}", controller_key.trim(), unit_number.trim())
+}
+
+/// `(location, name)` of each additional disk [`disk_adds`] placed, in order.
+pub fn added_disk_locations(adds: &[DeviceChange], disks: &[MachineDisk]) -> Vec<(String, String)> {
+    adds.iter()
+        .zip(disks)
+        .filter_map(|(add, disk)| {
+            Some((
+                disk_location(
+                    add.device.text_at(&["controllerKey"])?,
+                    add.device.text_at(&["unitNumber"])?,
+                ),
+                disk.name.clone(),
+            ))
+        })
+        .collect()
+}
+
+/// A virtual disk of a machine, as `config.hardware.device` describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VirtualDisk {
+    /// The device key.
+    pub key: String,
+    /// The backing's type, e.g. `VirtualDiskFlatVer2BackingInfo`.
+    pub backing_type: String,
+    /// The backing's descriptor file (`[ds] dir/name.vmdk`), when it has one.
+    pub file: Option<DatastorePath>,
+    /// The backing's datastore.
+    pub datastore: Option<MoRef>,
+    /// True when the backing names a parent (a linked clone or snapshot delta).
+    pub has_parent: bool,
+    /// Where it sits ([`disk_location`]).
+    pub location: String,
+    /// Its size as the guest sees it, in bytes.
+    pub capacity_bytes: u64,
+}
+
+/// The machine's virtual disks, in device order.
+pub fn virtual_disks(devices: &[Element]) -> Vec<VirtualDisk> {
+    devices
+        .iter()
+        .filter(|d| d.xsi_type.as_deref() == Some("VirtualDisk"))
+        .map(|d| {
+            let backing = d.child("backing");
+            let number = |path: &[&str]| -> Option<u64> { d.text_at(path)?.trim().parse().ok() };
+            VirtualDisk {
+                key: d.text_at(&["key"]).unwrap_or_default().trim().to_string(),
+                backing_type: backing.and_then(|b| b.xsi_type.clone()).unwrap_or_default(),
+                file: backing
+                    .and_then(|b| b.text_at(&["fileName"]))
+                    .and_then(DatastorePath::parse),
+                datastore: backing
+                    .and_then(|b| b.child("datastore"))
+                    .and_then(Element::as_moref),
+                has_parent: backing.is_some_and(|b| b.child("parent").is_some()),
+                location: disk_location(
+                    d.text_at(&["controllerKey"]).unwrap_or_default(),
+                    d.text_at(&["unitNumber"]).unwrap_or_default(),
+                ),
+                capacity_bytes: number(&["capacityInBytes"])
+                    .filter(|b| *b > 0)
+                    .or_else(|| number(&["capacityInKB"]).map(|kb| kb.saturating_mul(1024)))
+                    .unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+/// The type of the first SCSI controller, e.g. `ParaVirtualSCSIController`.
+pub fn scsi_controller_type(devices: &[Element]) -> Option<String> {
+    devices
+        .iter()
+        .find(|d| d.child("scsiCtlrUnitNumber").is_some())
+        .and_then(|d| d.xsi_type.clone())
+}
+
+/// The type of the first network device, e.g. `VirtualVmxnet3`.
+pub fn nic_type(devices: &[Element]) -> Option<String> {
+    devices
+        .iter()
+        .find(|d| is_nic(d))
+        .and_then(|d| d.xsi_type.clone())
+}
+
+/// The SCSI controller a machine created on imported disks gets when its template
+/// does not say: paravirtual, which current Linux kernels drive in-tree.
+pub const DEFAULT_SCSI_CONTROLLER: &str = "ParaVirtualSCSIController";
+/// The network device type a machine created on imported disks gets when its
+/// template does not say.
+pub const DEFAULT_NIC: &str = "VirtualVmxnet3";
+
+/// A disk file on a datastore to attach as it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExistingDisk {
+    /// Its descriptor.
+    pub file: DatastorePath,
+    /// The datastore's reference, when known.
+    pub datastore: Option<MoRef>,
+    /// Its size, in bytes (a whole number of KiB).
+    pub capacity_bytes: u64,
+}
+
+/// The devices of a new machine on existing disks: a SCSI controller of
+/// `controller_type` with `disks` on its units in order (the boot disk on unit 0),
+/// then network devices of `nic_type`. Placeholder (negative) keys tie the disks to
+/// the controller; vSphere assigns the real ones.
+pub fn create_devices(
+    controller_type: &str,
+    disks: &[ExistingDisk],
+    nic_type: &str,
+    nics: &[WantedNic],
+) -> Result<Vec<DeviceChange>, BackendError> {
+    const CONTROLLER_KEY: &str = "-200";
+    let add = |device: Element| DeviceChange {
+        operation: "add".into(),
+        file_operation: None,
+        device,
+    };
+    let mut out = vec![add(Element {
+        name: "device".into(),
+        xsi_type: Some(controller_type.into()),
+        children: vec![
+            Element::leaf("key", CONTROLLER_KEY),
+            Element::leaf("busNumber", "0"),
+            Element::leaf("sharedBus", "noSharing"),
+        ],
+        ..Default::default()
+    })];
+    let mut units = (0..SCSI_UNITS).filter(|u| *u != SCSI_CONTROLLER_UNIT);
+    for (i, disk) in disks.iter().enumerate() {
+        let unit = units.next().ok_or_else(|| {
+            BackendError::terminal(
+                "TooManyDisks",
+                format!(
+                    "{} disks do not fit on one SCSI controller ({} units); {} is one too many",
+                    disks.len(),
+                    SCSI_UNITS - 1,
+                    disk.file
+                ),
+            )
+        })?;
+        let mut backing = vec![Element::leaf("fileName", disk.file.to_string())];
+        if let Some(ds) = &disk.datastore {
+            backing.push(Element {
+                name: "datastore".into(),
+                attributes: vec![("type".into(), ds.kind.clone())],
+                text: ds.value.clone(),
+                ..Default::default()
+            });
+        }
+        // Nothing about provisioning: the file is what it is.
+        backing.push(Element::leaf("diskMode", "persistent"));
+        out.push(add(Element {
+            name: "device".into(),
+            xsi_type: Some("VirtualDisk".into()),
+            children: vec![
+                Element::leaf("key", format!("-{}", 201 + i)),
+                Element {
+                    name: "backing".into(),
+                    xsi_type: Some("VirtualDiskFlatVer2BackingInfo".into()),
+                    children: backing,
+                    ..Default::default()
+                },
+                Element::leaf("controllerKey", CONTROLLER_KEY),
+                Element::leaf("unitNumber", unit.to_string()),
+                Element::leaf("capacityInKB", (disk.capacity_bytes / 1024).to_string()),
+                Element::leaf("capacityInBytes", disk.capacity_bytes.to_string()),
+            ],
+            ..Default::default()
+        }));
+    }
+    for (i, nic) in nics.iter().enumerate() {
+        let mut children = vec![
+            Element::leaf("key", format!("-{}", 301 + i)),
+            nic.backing.element(),
+            Element {
+                name: "connectable".into(),
+                children: vec![
+                    Element::leaf("startConnected", "true"),
+                    Element::leaf("allowGuestControl", "true"),
+                    Element::leaf("connected", "true"),
+                ],
+                ..Default::default()
+            },
+        ];
+        match &nic.mac_address {
+            Some(mac) => {
+                children.push(Element::leaf("addressType", "manual"));
+                children.push(Element::leaf("macAddress", mac.to_lowercase()));
+            }
+            None => children.push(Element::leaf("addressType", "generated")),
+        }
+        out.push(add(Element {
+            name: "device".into(),
+            xsi_type: Some(nic_type.into()),
+            children,
+            ..Default::default()
+        }));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,6 +552,108 @@ mod tests {
         assert_eq!(
             adds[1].device.text_at(&["backing", "thinProvisioned"]),
             Some("true")
+        );
+    }
+
+    #[test]
+    fn the_templates_disk_and_hardware_are_read() {
+        let devices = template_devices();
+        let disks = virtual_disks(&devices);
+        assert_eq!(disks.len(), 1);
+        let d = &disks[0];
+        assert_eq!(d.backing_type, "VirtualDiskFlatVer2BackingInfo");
+        assert_eq!(
+            d.file,
+            Some(DatastorePath::new("LocalDS_0", "DC0_C0_RP0_VM0/disk1.vmdk"))
+        );
+        assert_eq!(d.datastore, Some(MoRef::new("Datastore", "datastore-39")));
+        assert!(!d.has_parent);
+        assert_eq!(d.location, "202:0");
+        assert_eq!(d.capacity_bytes, 10 << 30);
+        assert_eq!(
+            scsi_controller_type(&devices).as_deref(),
+            Some("ParaVirtualSCSIController")
+        );
+        assert_eq!(nic_type(&devices).as_deref(), Some("VirtualE1000"));
+    }
+
+    #[test]
+    fn a_machine_on_existing_disks_gets_a_controller_its_disks_and_nics() {
+        let disk = |name: &str| ExistingDisk {
+            file: DatastorePath::new("LocalDS_0", format!("banlieue/u/{name}.vmdk")),
+            datastore: None,
+            capacity_bytes: 8 << 20,
+        };
+        let changes = create_devices(
+            DEFAULT_SCSI_CONTROLLER,
+            &[disk("os"), disk("data")],
+            DEFAULT_NIC,
+            &[WantedNic {
+                backing: NetworkBacking::Standard {
+                    name: "VM Network".into(),
+                    network: MoRef::new("Network", "network-7"),
+                },
+                mac_address: Some("00:50:56:3F:00:02".into()),
+            }],
+        )
+        .unwrap();
+        assert!(
+            changes
+                .iter()
+                .all(|c| c.operation == "add" && c.file_operation.is_none())
+        );
+        let types: Vec<&str> = changes
+            .iter()
+            .map(|c| c.device.xsi_type.as_deref().unwrap())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "ParaVirtualSCSIController",
+                "VirtualDisk",
+                "VirtualDisk",
+                "VirtualVmxnet3"
+            ]
+        );
+        let os = &changes[1].device;
+        assert_eq!(os.text_at(&["controllerKey"]), Some("-200"));
+        assert_eq!(os.text_at(&["unitNumber"]), Some("0"));
+        assert_eq!(os.text_at(&["capacityInKB"]), Some("8192"));
+        assert_eq!(
+            os.text_at(&["backing", "fileName"]),
+            Some("[LocalDS_0] banlieue/u/os.vmdk")
+        );
+        assert_eq!(changes[2].device.text_at(&["unitNumber"]), Some("1"));
+        let nic = &changes[3].device;
+        assert_eq!(nic.text_at(&["macAddress"]), Some("00:50:56:3f:00:02"));
+        assert_eq!(nic.text_at(&["addressType"]), Some("manual"));
+        // The created NICs are what the configure step moves, like a template's.
+        let edited = nic_edits(
+            &changes.iter().map(|c| c.device.clone()).collect::<Vec<_>>(),
+            &[WantedNic {
+                backing: NetworkBacking::Distributed {
+                    switch_uuid: "u".into(),
+                    portgroup_key: "dvportgroup-1".into(),
+                },
+                mac_address: None,
+            }],
+        )
+        .unwrap();
+        assert_eq!(edited.len(), 1);
+        let sixteen: Vec<ExistingDisk> = (0..16).map(|i| disk(&format!("d{i}"))).collect();
+        let e = create_devices(DEFAULT_SCSI_CONTROLLER, &sixteen, DEFAULT_NIC, &[]).unwrap_err();
+        assert_eq!(e.reason, "TooManyDisks");
+        assert!(e.message.contains("d15"), "{e}");
+    }
+
+    #[test]
+    fn added_disks_are_located_by_controller_and_unit() {
+        let disks: Vec<MachineDisk> =
+            serde_json::from_value(serde_json::json!([{"name": "data", "sizeGiB": 1}])).unwrap();
+        let adds = disk_adds(&template_devices(), &disks).unwrap();
+        assert_eq!(
+            added_disk_locations(&adds, &disks),
+            [("202:1".to_string(), "data".to_string())]
         );
     }
 

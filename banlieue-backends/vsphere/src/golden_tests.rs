@@ -14,7 +14,7 @@ use banlieue_sdk::backend::{BootstrapData, MachineIdentity, SecretValue};
 use crate::backend::{VM_PATHS, Vm};
 use crate::client::methods::{self, CloneSpec, ConfigSpec, RelocateSpec, TASK_PATHS, TaskState};
 use crate::client::soap::{self, Answer};
-use crate::client::{Element, MoRef, Objects, PropertySpec};
+use crate::client::{DatastorePath, Element, MoRef, Objects, PropertySpec};
 use crate::{devices, guestinfo, inventory};
 
 fn dir(kind: &str) -> PathBuf {
@@ -64,6 +64,7 @@ fn clone_spec(snapshot: bool) -> CloneSpec {
             extra_config: guestinfo::clone_keys(&identity(), "DC0/DC0_C1"),
             device_change: Vec::new(),
             firmware: Some("efi".into()),
+            ..Default::default()
         }),
         power_on: false,
         snapshot: snapshot.then(|| MoRef::new("VirtualMachineSnapshot", "@SNAPSHOT@")),
@@ -102,6 +103,49 @@ fn reconfig_devices() -> String {
             device_change: changes,
             ..Default::default()
         },
+    )
+}
+
+/// A machine created on imported disks: CreateVM_Task with the template's hardware
+/// types (vcsim's: pvscsi, e1000), the uploaded boot disk, a NIC on a standard port
+/// group, the clone's extraConfig keys.
+fn create_vm() -> String {
+    let uid = identity().uid;
+    let disk = devices::ExistingDisk {
+        file: DatastorePath::new("LocalDS_0", format!("banlieue/{uid}/os.vmdk")),
+        datastore: Some(MoRef::new("Datastore", "datastore-39")),
+        capacity_bytes: 8 << 20,
+    };
+    let nic = devices::WantedNic {
+        backing: devices::NetworkBacking::Standard {
+            name: "VM Network".into(),
+            network: MoRef::new("Network", "network-7"),
+        },
+        mac_address: None,
+    };
+    methods::create_vm_task(
+        &MoRef::new("Folder", "group-2"),
+        &ConfigSpec {
+            name: Some("golden-2".into()),
+            version: Some("vmx-13".into()),
+            instance_uuid: Some(uid.clone()),
+            guest_id: Some("otherGuest".into()),
+            annotation: Some("Managed by banlieue: golden/golden-2".into()),
+            vm_path_name: Some(format!("[LocalDS_0] banlieue/{uid}/golden-2.vmx")),
+            num_cpus: Some(1),
+            num_cores_per_socket: None,
+            memory_mib: Some(512),
+            device_change: devices::create_devices(
+                "ParaVirtualSCSIController",
+                &[disk],
+                "VirtualE1000",
+                &[nic],
+            )
+            .unwrap(),
+            extra_config: guestinfo::clone_keys(&identity(), "DC0/DC0_C1"),
+            firmware: Some("bios".into()),
+        },
+        &MoRef::new("ResourcePool", "resgroup-27"),
     )
 }
 
@@ -191,7 +235,7 @@ fn requests() -> Vec<(&'static str, String)> {
                 &clone(),
                 &ConfigSpec {
                     extra_config: guestinfo::bootstrap_keys(
-                        &identity(),
+                        &identity().uid,
                         "golden-1",
                         Some(&bootstrap),
                         None,
@@ -245,6 +289,16 @@ fn requests() -> Vec<(&'static str, String)> {
             "19_continue_retrieve",
             methods::continue_retrieve_properties_ex(&pc(), "1"),
         ),
+        (
+            "21_make_directory",
+            methods::make_directory(
+                &MoRef::new("FileManager", "FileManager"),
+                &format!("[LocalDS_0] banlieue/{}", identity().uid),
+                &MoRef::new("Datacenter", "datacenter-1"),
+                true,
+            ),
+        ),
+        ("22_create_vm_task", create_vm()),
         (
             "20_logout",
             methods::logout(&MoRef::new("SessionManager", "SessionManager")),
@@ -311,6 +365,10 @@ fn golden_service_content_and_login() {
         "VMware vCenter Server 6.5.0 build-5973321"
     );
     assert_eq!(content.api_type, "VirtualCenter");
+    assert_eq!(
+        content.file_manager,
+        Some(MoRef::new("FileManager", "FileManager"))
+    );
     let login = ok("02_login");
     assert_eq!(
         login.text_at(&["returnval", "userName"]),
@@ -333,6 +391,14 @@ fn golden_inventory() {
     assert_eq!(
         topology.datacenters["DC0"].vm_folder,
         Some(MoRef::new("Folder", "group-2"))
+    );
+    // At the root: its path, the file interface's dcPath, is its name.
+    assert_eq!(topology.datacenters["DC0"].path, "DC0");
+    assert_eq!(
+        topology
+            .datacenter_of_datastore(&MoRef::new("Datastore", "datastore-39"))
+            .map(|d| d.name.as_str()),
+        Some("DC0")
     );
     let inv = topology.inventory("vc");
     let names: Vec<&str> = inv
@@ -425,4 +491,17 @@ fn golden_vm_properties() {
     assert!(addresses[0].address.starts_with("10.77."), "{addresses:?}");
     assert!(ok("14_shutdown_guest").child("returnval").is_none());
     assert!(ok("20_logout").child("returnval").is_none());
+}
+
+#[test]
+fn golden_create_on_imported_disks() {
+    assert!(ok("21_make_directory").child("returnval").is_none());
+    let task = methods::decode_moref(&ok("22_create_vm_task")).unwrap();
+    assert_eq!(task.kind, "Task");
+    // vcsim attached the uploaded disk and made the VM.
+    let (t, _) = methods::decode_retrieve_result(&ok("22_retrieve_created_task"));
+    let TaskState::Succeeded(Some(vm)) = methods::decode_task(&t[0]) else {
+        panic!("{t:?}")
+    };
+    assert_eq!(vm.kind, "VirtualMachine");
 }

@@ -1,6 +1,8 @@
 //! `extraConfig` keys: banlieue's own markers and the guest's bootstrap data through
 //! `guestinfo.*`, as cloud-init's VMware datasource and Ignition (Afterburn) read them.
 
+use std::collections::BTreeMap;
+
 use banlieue_sdk::api::common::BootstrapFormat;
 use banlieue_sdk::backend::{BootstrapData, MachineIdentity};
 use base64::Engine as _;
@@ -12,6 +14,24 @@ pub const UID_KEY: &str = "banlieue.uid";
 pub const FAILURE_DOMAIN_KEY: &str = "banlieue.failureDomain";
 /// Set by the reconfigure that delivers the bootstrap data: the VM is ready to boot.
 pub const CONFIGURED_KEY: &str = "banlieue.configured";
+/// The names of the additional disks banlieue added, by location (`<controller
+/// key>:<unit>`, a JSON object): vSphere keeps no name for a disk, and an export
+/// hands each disk out under the name it was made for.
+pub const DISK_NAMES_KEY: &str = "banlieue.disks";
+
+/// The [`DISK_NAMES_KEY`] value for `(location, name)` pairs.
+pub fn disk_names_value(names: &[(String, String)]) -> String {
+    let map: BTreeMap<&str, &str> = names
+        .iter()
+        .map(|(l, n)| (l.as_str(), n.as_str()))
+        .collect();
+    serde_json::to_string(&map).unwrap_or_default()
+}
+
+/// Reads a [`DISK_NAMES_KEY`] value; anything unreadable names nothing.
+pub fn parse_disk_names(value: &str) -> BTreeMap<String, String> {
+    serde_json::from_str(value).unwrap_or_default()
+}
 
 /// The keys set when the VM is cloned: its UID and failure domain.
 pub fn clone_keys(identity: &MachineIdentity, failure_domain: &str) -> Vec<(String, String)> {
@@ -21,17 +41,19 @@ pub fn clone_keys(identity: &MachineIdentity, failure_domain: &str) -> Vec<(Stri
     ]
 }
 
-/// cloud-init's metadata: instance ID (the UID, so a re-created VM re-runs
-/// cloud-init), hostname, and the network config when there is one.
+/// cloud-init's metadata: instance ID, hostname, and the network config when there
+/// is one. The instance ID is [`MachineRequest::instance_id`](banlieue_sdk::backend::MachineRequest::instance_id):
+/// the UID, so a re-created VM re-runs cloud-init, except on disks copied from another
+/// machine, which keep that one's so the guest does not boot for the first time again.
 /// The bootstrap data's network config wins over `generated` (from static IPAM).
 pub fn metadata(
-    identity: &MachineIdentity,
+    instance_id: &str,
     hostname: &str,
     bootstrap: Option<&BootstrapData>,
     generated: Option<&str>,
 ) -> String {
     let mut meta = serde_json::json!({
-        "instance-id": identity.uid,
+        "instance-id": instance_id,
         "local-hostname": hostname,
     });
     let network = bootstrap
@@ -46,9 +68,10 @@ pub fn metadata(
 }
 
 /// The keys the configuring reconfigure sets: bootstrap data (base64, with its
-/// `.encoding`), metadata, and [`CONFIGURED_KEY`].
+/// `.encoding`), metadata (with `instance_id`, see [`metadata`]), and
+/// [`CONFIGURED_KEY`].
 pub fn bootstrap_keys(
-    identity: &MachineIdentity,
+    instance_id: &str,
     hostname: &str,
     bootstrap: Option<&BootstrapData>,
     network: Option<&str>,
@@ -62,7 +85,7 @@ pub fn bootstrap_keys(
     };
     keys.extend(encoded(
         "guestinfo.metadata",
-        &metadata(identity, hostname, bootstrap, network),
+        &metadata(instance_id, hostname, bootstrap, network),
     ));
     match bootstrap {
         Some(b) if b.format == BootstrapFormat::Ignition => {
@@ -104,7 +127,7 @@ mod tests {
             user_data: SecretValue::new("#cloud-config\nhostname: web-1\n"),
             network_config: Some(SecretValue::new("version: 2\n")),
         };
-        let keys = bootstrap_keys(&id(), "web-1", Some(&b), None);
+        let keys = bootstrap_keys(&id().uid, "web-1", Some(&b), None);
         assert_eq!(
             decode(&keys, "guestinfo.userdata"),
             "#cloud-config\nhostname: web-1\n"
@@ -125,8 +148,24 @@ mod tests {
             user_data: SecretValue::new("{\"ignition\":{\"version\":\"3.4.0\"}}"),
             network_config: None,
         };
-        let keys = bootstrap_keys(&id(), "web-1", Some(&b), None);
+        let keys = bootstrap_keys(&id().uid, "web-1", Some(&b), None);
         assert!(decode(&keys, "guestinfo.ignition.config.data").contains("3.4.0"));
         assert!(!keys.iter().any(|(k, _)| k == "guestinfo.userdata"));
+    }
+
+    #[test]
+    fn a_copied_machine_keeps_the_instance_id_it_is_given() {
+        let keys = bootstrap_keys("old-id", "web-1", None, None);
+        let meta: serde_json::Value =
+            serde_json::from_str(&decode(&keys, "guestinfo.metadata")).unwrap();
+        assert_eq!(meta["instance-id"], "old-id");
+    }
+
+    #[test]
+    fn disk_names_round_trip() {
+        let names = [("1000:1".to_string(), "data".to_string())];
+        let parsed = parse_disk_names(&disk_names_value(&names));
+        assert_eq!(parsed.get("1000:1").map(String::as_str), Some("data"));
+        assert!(parse_disk_names("not json").is_empty());
     }
 }

@@ -22,6 +22,9 @@ pub struct Datacenter {
     pub moref: MoRef,
     /// Its root VM folder.
     pub vm_folder: Option<MoRef>,
+    /// Its inventory path below the root folder: its name, after the folders it is
+    /// in (`folder/DC0`). The datastore file interface's `dcPath`.
+    pub path: String,
 }
 
 /// A compute cluster.
@@ -124,15 +127,35 @@ pub fn build(objects: &[ObjectContent]) -> Topology {
         }
         None
     };
+    // The folders between the root folder (which has no parent) and an object.
+    let folders_above = |o: &ObjectContent| {
+        let mut names = Vec::new();
+        let mut at = o.moref("parent");
+        for _ in 0..64 {
+            let Some(folder) = at.as_ref().and_then(|r| by_ref.get(r)) else {
+                break;
+            };
+            if folder.obj.kind != "Folder" || folder.moref("parent").is_none() {
+                break;
+            }
+            names.push(folder.text("name").unwrap_or_default().to_string());
+            at = folder.moref("parent");
+        }
+        names.reverse();
+        names
+    };
     let mut topology = Topology::default();
     for o in objects.iter().filter(|o| o.obj.kind == "Datacenter") {
         let Some(n) = o.text("name") else { continue };
+        let mut path = folders_above(o);
+        path.push(n.to_string());
         topology.datacenters.insert(
             n.to_string(),
             Datacenter {
                 name: n.to_string(),
                 moref: o.obj.clone(),
                 vm_folder: o.moref("vmFolder"),
+                path: path.join("/"),
             },
         );
     }
@@ -221,6 +244,15 @@ impl Topology {
             version: version.to_string(),
             failure_domains,
         }
+    }
+
+    /// The datacenter whose clusters mount the datastore `datastore`.
+    pub fn datacenter_of_datastore(&self, datastore: &MoRef) -> Option<&Datacenter> {
+        let cluster = self
+            .clusters
+            .iter()
+            .find(|c| c.datastores.values().any(|d| d == datastore))?;
+        self.datacenters.get(&cluster.datacenter)
     }
 
     /// The cluster named `cluster` in datacenter `datacenter`.

@@ -57,8 +57,8 @@
 //! into the error: `InvalidLogin` → terminal `Unauthorized`, `NoPermission` →
 //! `Forbidden`, `InvalidArgument` → `InvalidRequest`, busy objects → transient `Busy`,
 //! other faults → transient `VSphereFault`, no answer → transient `Unreachable`. A
-//! failed clone, reconfigure or power-on task → terminal `CloneFailed` /
-//! `ReconfigureFailed` / `PowerOnFailed` with vSphere's message.
+//! failed clone, create, reconfigure or power-on task → terminal `CloneFailed` /
+//! `CreateFailed` / `ReconfigureFailed` / `PowerOnFailed` with vSphere's message.
 //!
 //! # Inventory
 //!
@@ -68,6 +68,28 @@
 //! (when they are valid label values), location `datacenter`, `cluster`, and resources
 //! `datastore` (the datastores the cluster mounts) and `portGroup` (the networks it
 //! reaches), which is what a VSphereCluster spanning several vCenters aggregates.
+//!
+//! # Disk transfer (`migration.strategy: CopyDisk`)
+//!
+//! [`Backend::disk_transfer`](banlieue_sdk::backend::Backend::disk_transfer) is the
+//! backend itself, moving bytes through the datastore file interface
+//! (`https://<vcenter>/folder/<path>?dcPath=&dsName=`) in the SOAP session, streamed,
+//! with the Provider's TLS settings:
+//!
+//! - **export** of a powered-off VM (else a transient `MachineRunning`): each
+//!   `VirtualDisk`'s flat extents into `<staging>/<name>.raw` (raw), the boot disk first
+//!   as `os`; delta disks and non-flat extents are a terminal `DiskLayoutUnsupported`.
+//! - **import** takes VMDKs made with `qemu-img convert -O vmdk`
+//!   [`IMPORT_QEMU_IMG_OPTIONS`] (`-o subformat=monolithicFlat,adapter_type=lsilogic`):
+//!   each flat extent is uploaded to `[<datastore>] banlieue/<uid>/<name>-flat.vmdk`
+//!   beside an ESXi-native descriptor `<name>.vmdk`; other formats are a terminal
+//!   `UnsupportedDiskFormat` that says how to convert.
+//! - **create**: a request with `disks_imported` is created with `CreateVM_Task` on
+//!   those files (hardware from the request, and the template's guest OS, firmware,
+//!   hardware version and device types when the template exists), never cloned; a
+//!   missing disk is a terminal `ImportedDiskMissing` naming it, and no VM is made.
+//!   Configure and power follow as for a clone; guestinfo's `instance-id` is the
+//!   request's ([`MachineRequest::instance_id`](banlieue_sdk::backend::MachineRequest::instance_id)).
 //!
 //! # Settings
 //!
@@ -91,13 +113,14 @@ pub mod guestinfo;
 pub mod inventory;
 pub mod netconfig;
 pub mod settings;
+pub mod vmdk;
 
 #[cfg(test)]
 mod golden_tests;
 
 use banlieue_sdk::api::common::ProviderClass;
 
-pub use backend::{VSphereBackend, VSphereFactory};
+pub use backend::{IMPORT_QEMU_IMG_OPTIONS, VSphereBackend, VSphereFactory};
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::Vsphere;

@@ -205,8 +205,10 @@ pub async fn convert(
 /// `qemu-img -O <format>` options: what each importer takes.
 fn convert_options(format: DiskFormat) -> &'static [&'static str] {
     match format {
-        // One self-contained sparse file, what the vSphere import uploads.
-        DiskFormat::Vmdk => &["-o", "subformat=monolithicSparse"],
+        // A descriptor and one flat extent (`<name>-flat.vmdk`): what ESXi attaches
+        // as it is (sparse and stream-optimized VMDKs need an import); the vSphere
+        // backend uploads the extent and writes its own descriptor.
+        DiskFormat::Vmdk => &["-o", "subformat=monolithicFlat,adapter_type=lsilogic"],
         DiskFormat::Qcow2 | DiskFormat::Raw => &[],
     }
 }

@@ -135,7 +135,8 @@ impl Vcsim {
     }
 
     /// Every VM (the template included): name, moref, biosUUID, instanceUUID, power, template,
-    /// cpus, memoryMB, extraConfig, ip, pool.
+    /// cpus, memoryMB, extraConfig, ip, pool, nics, diskKB, disksKB, diskFiles (each
+    /// disk's `[ds] path`), diskPaths (where each is on this host).
     pub fn vms(&self) -> Vec<Value> {
         let command = json!({"cmd": "vms"});
         // The listing reads each VM's properties after finding it: a VM destroyed in
@@ -157,6 +158,14 @@ impl Vcsim {
             .as_array()
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// Where the first disk (its descriptor) of `vm` (one of [`Vcsim::vms`]) is on this
+    /// host: vcsim keeps datastores in local directories, which `qemu-img` reads.
+    pub fn disk_path(&self, vm: &Value) -> PathBuf {
+        let path = vm["diskPaths"][0].as_str().unwrap_or_default();
+        assert!(!path.is_empty(), "vcsim knows no disk path for {vm}");
+        PathBuf::from(path)
     }
 
     /// The VM named `name`, if any.

@@ -15,7 +15,7 @@
 // Then it reads one JSON command per line on stdin and answers one JSON line on stdout
 // ({"ok": true, ...} or {"ok": false, "error": "..."}). Commands ("cmd"):
 //
-//	vms                              every VM: name, moref, biosUUID, instanceUUID, power, template, cpus, memoryMB, extraConfig, ip, pool, nics, diskKB (the first disk), disksKB
+//	vms                              every VM: name, moref, biosUUID, instanceUUID, power, template, cpus, memoryMB, extraConfig, ip, pool, nics, diskKB (the first disk), disksKB, diskFiles (each disk's backing file), diskPaths (where each is on this host)
 //	sessions                         the vCenter sessions (the harness's own left out)
 //	terminate_sessions               end every session (as an expiry would)
 //	fail_task {method, message, times}   the next calls of a *_Task method start a task that fails with message
@@ -47,12 +47,14 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/vmware/govmomi"
 	"github.com/vmware/govmomi/find"
+	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/property"
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/mo"
@@ -433,6 +435,10 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	dirs, err := datastoreDirs(ctx, c)
+	if err != nil {
+		return nil, err
+	}
 	out := []map[string]any{}
 	for _, vm := range v {
 		extra := map[string]string{}
@@ -448,6 +454,8 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 		nics := []map[string]string{}
 		diskKB := int64(0)
 		disksKB := []int64{}
+		diskFiles := []string{}
+		diskPaths := []string{}
 		if vm.Config != nil {
 			for _, d := range vm.Config.Hardware.Device {
 				if disk, ok := d.(*types.VirtualDisk); ok {
@@ -455,6 +463,12 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 						diskKB = disk.CapacityInKB
 					}
 					disksKB = append(disksKB, disk.CapacityInKB)
+					file := ""
+					if b, ok := disk.Backing.(types.BaseVirtualDeviceFileBackingInfo); ok {
+						file = b.GetVirtualDeviceFileBackingInfo().FileName
+					}
+					diskFiles = append(diskFiles, file)
+					diskPaths = append(diskPaths, hostPath(dirs, file))
 				}
 				card, ok := d.(types.BaseVirtualEthernetCard)
 				if !ok {
@@ -481,7 +495,7 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 		out = append(out, map[string]any{
 			"name": vm.Name, "moref": vm.Self.Value, "biosUUID": uuid, "instanceUUID": instanceUUID, "power": string(vm.Runtime.PowerState),
 			"template": template, "cpus": cpus, "memoryMB": mem, "extraConfig": extra,
-			"ip": ip, "pool": pool, "nics": nics, "diskKB": diskKB, "disksKB": disksKB,
+			"ip": ip, "pool": pool, "nics": nics, "diskKB": diskKB, "disksKB": disksKB, "diskFiles": diskFiles, "diskPaths": diskPaths,
 		})
 	}
 	return out, nil
@@ -507,4 +521,43 @@ func allVMs(ctx context.Context, c *govmomi.Client) ([]mo.VirtualMachine, error)
 	}
 	err = property.DefaultCollector(c.Client).Retrieve(ctx, refs, []string{"name", "config", "runtime.powerState", "guest.ipAddress", "resourcePool"}, &vms)
 	return vms, err
+}
+
+// datastoreDirs maps each datastore's name to the host directory vcsim keeps it in.
+func datastoreDirs(ctx context.Context, c *govmomi.Client) (map[string]string, error) {
+	finder := find.NewFinder(c.Client, false)
+	all, err := finder.DatastoreList(ctx, "/...")
+	if err != nil {
+		if _, ok := err.(*find.NotFoundError); ok {
+			return map[string]string{}, nil
+		}
+		return nil, err
+	}
+	refs := make([]types.ManagedObjectReference, 0, len(all))
+	for _, ds := range all {
+		refs = append(refs, ds.Reference())
+	}
+	var stores []mo.Datastore
+	if err := property.DefaultCollector(c.Client).Retrieve(ctx, refs, []string{"name", "summary"}, &stores); err != nil {
+		return nil, err
+	}
+	dirs := map[string]string{}
+	for _, ds := range stores {
+		dirs[ds.Name] = ds.Summary.Url
+	}
+	return dirs, nil
+}
+
+// hostPath turns "[ds] dir/file.vmdk" into the file's path on this host ("" when the
+// datastore is unknown).
+func hostPath(dirs map[string]string, file string) string {
+	var p object.DatastorePath
+	if !p.FromString(file) {
+		return ""
+	}
+	dir, ok := dirs[p.Datastore]
+	if !ok {
+		return ""
+	}
+	return filepath.Join(dir, filepath.FromSlash(p.Path))
 }

@@ -1,14 +1,16 @@
 //! Placement and the clone: template, datacenter, cluster, resource pool, folder,
-//! datastore, linked-clone snapshot, and the clone's config.
+//! datastore, linked-clone snapshot, and the clone's config. Placement is shared
+//! with the machines created on imported disks (`create.rs`).
 
 use banlieue_sdk::api::common::Firmware;
 use banlieue_sdk::api::infra::vsphere::{CloneMode, VSphereMachineSpec};
-use banlieue_sdk::backend::{BackendError, MachineObservation, MachineRequest};
+use banlieue_sdk::backend::{BackendError, MachineIdentity, MachineObservation, MachineRequest};
 use tracing::info;
 
 use super::{OpKind, VSphereBackend, vim};
 use crate::client::methods::{self, CloneSpec, ConfigSpec, RelocateSpec};
 use crate::client::{MoRef, PropertySpec};
+use crate::inventory::{Cluster, Datacenter};
 use crate::{guestinfo, inventory};
 
 impl VSphereBackend {
@@ -70,33 +72,14 @@ impl VSphereBackend {
             })
     }
 
-    pub(super) async fn start_clone(
+    /// Where the machine goes: datacenter and compute cluster (the machine's, else its
+    /// failure domain's, else the only one), resource pool, VM folder and datastore.
+    pub(super) async fn placement(
         &self,
         request: &MachineRequest,
         spec: &VSphereMachineSpec,
-    ) -> Result<MachineObservation, BackendError> {
-        let identity = &request.identity;
-        if let Some(policy) = &spec.storage_policy_name {
-            return Err(BackendError::terminal(
-                "StoragePolicyUnsupported",
-                format!(
-                    "storagePolicyName {policy:?}: storage policies are not supported yet; name a datastore"
-                ),
-            ));
-        }
-        let template = self
-            .resolve_template(&spec.template)
-            .await?
-            .ok_or_else(|| {
-                BackendError::terminal(
-                    "TemplateNotFound",
-                    format!(
-                        "no template {:?} on {}",
-                        spec.template,
-                        self.client.endpoint()
-                    ),
-                )
-            })?;
+    ) -> Result<Placement, BackendError> {
+        no_storage_policy(spec)?;
         let topology = self.topology(false).await?;
         let from_fd = request
             .failure_domain
@@ -174,15 +157,59 @@ impl VSphereBackend {
             })?,
         };
         let datastore = match &spec.datastore {
-            Some(name) => Some(match cluster.datastores.get(name) {
-                Some(ds) => ds.clone(),
-                None => {
-                    self.resolve_path(name, &format!("/{dc_name}/datastore"), "Datastore")
-                        .await?
-                }
-            }),
+            Some(name) => Some(self.datastore(cluster, &dc_name, name).await?),
             None => None,
         };
+        Ok(Placement {
+            failure_domain: inventory::failure_domain_name(&dc_name, &cluster_name),
+            datacenter: dc.clone(),
+            cluster: cluster.clone(),
+            pool,
+            folder,
+            datastore,
+        })
+    }
+
+    /// A datastore by name (one the cluster mounts) or inventory path.
+    pub(super) async fn datastore(
+        &self,
+        cluster: &Cluster,
+        dc_name: &str,
+        name: &str,
+    ) -> Result<(String, MoRef), BackendError> {
+        // The file interface takes the name; a path ends with it.
+        let short = name.rsplit('/').next().unwrap_or(name).to_string();
+        Ok(match cluster.datastores.get(name) {
+            Some(ds) => (short, ds.clone()),
+            None => (
+                short,
+                self.resolve_path(name, &format!("/{dc_name}/datastore"), "Datastore")
+                    .await?,
+            ),
+        })
+    }
+
+    pub(super) async fn start_clone(
+        &self,
+        request: &MachineRequest,
+        spec: &VSphereMachineSpec,
+    ) -> Result<MachineObservation, BackendError> {
+        let identity = &request.identity;
+        no_storage_policy(spec)?;
+        let template = self
+            .resolve_template(&spec.template)
+            .await?
+            .ok_or_else(|| {
+                BackendError::terminal(
+                    "TemplateNotFound",
+                    format!(
+                        "no template {:?} on {}",
+                        spec.template,
+                        self.client.endpoint()
+                    ),
+                )
+            })?;
+        let place = self.placement(request, spec).await?;
         let (snapshot, disk_move_type) = if spec.clone_mode == CloneMode::LinkedClone {
             let snap = self
                 .client
@@ -203,30 +230,24 @@ impl VSphereBackend {
         } else {
             (None, None)
         };
-        let fd = inventory::failure_domain_name(&dc_name, &cluster_name);
+        let fd = place.failure_domain.clone();
         let clone = CloneSpec {
             location: RelocateSpec {
-                datastore,
+                datastore: place.datastore.map(|(_, ds)| ds),
                 disk_move_type,
-                pool: Some(pool),
+                pool: Some(place.pool),
                 ..Default::default()
             },
             template: false,
             config: Some(ConfigSpec {
                 instance_uuid: Some(identity.uid.clone()),
-                annotation: Some(format!(
-                    "Managed by banlieue: {}/{} (uid {})",
-                    identity.namespace, identity.name, identity.uid
-                )),
+                annotation: Some(annotation(identity)),
                 num_cpus: Some(spec.num_cpus),
                 num_cores_per_socket: spec.num_cores_per_socket,
                 memory_mib: Some(spec.memory_mib),
                 extra_config: guestinfo::clone_keys(identity, &fd),
-                device_change: Vec::new(),
-                firmware: spec.firmware.map(|f| match f {
-                    Firmware::Bios => "bios".to_string(),
-                    _ => "efi".to_string(),
-                }),
+                firmware: spec.firmware.map(firmware),
+                ..Default::default()
             }),
             power_on: false,
             snapshot,
@@ -235,7 +256,7 @@ impl VSphereBackend {
             .start(
                 &identity.uid,
                 OpKind::Clone,
-                &methods::clone_vm_task(&template, &folder, &identity.name, &clone),
+                &methods::clone_vm_task(&template, &place.folder, &identity.name, &clone),
             )
             .await?;
         info!(uid = %identity.uid, template = %spec.template, failure_domain = %fd, "vsphere: cloning");
@@ -244,5 +265,47 @@ impl VSphereBackend {
             pending: Some(self.pending(OpKind::Clone, Some(&task))),
             ..Default::default()
         })
+    }
+}
+
+/// Where a machine goes, as [`VSphereBackend::placement`] finds it.
+#[derive(Clone, Debug)]
+pub(super) struct Placement {
+    /// `<datacenter>/<cluster>`.
+    pub(super) failure_domain: String,
+    pub(super) datacenter: Datacenter,
+    pub(super) cluster: Cluster,
+    pub(super) pool: MoRef,
+    pub(super) folder: MoRef,
+    /// The machine's datastore (name, reference), when it names one.
+    pub(super) datastore: Option<(String, MoRef)>,
+}
+
+/// Storage policies are not supported yet: a terminal error before anything happens.
+pub(super) fn no_storage_policy(spec: &VSphereMachineSpec) -> Result<(), BackendError> {
+    match &spec.storage_policy_name {
+        Some(policy) => Err(BackendError::terminal(
+            "StoragePolicyUnsupported",
+            format!(
+                "storagePolicyName {policy:?}: storage policies are not supported yet; name a datastore"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The VM's notes: who owns it.
+pub(super) fn annotation(identity: &MachineIdentity) -> String {
+    format!(
+        "Managed by banlieue: {}/{} (uid {})",
+        identity.namespace, identity.name, identity.uid
+    )
+}
+
+/// vSphere's spelling of a firmware.
+pub(super) fn firmware(f: Firmware) -> String {
+    match f {
+        Firmware::Bios => "bios".to_string(),
+        _ => "efi".to_string(),
     }
 }

@@ -1,5 +1,6 @@
 //! The configuring reconfigure: device edits (port groups, standard or distributed;
-//! disk grow; additional disks) and guestinfo (bootstrap data, metadata, network).
+//! disk grow; additional disks, unless the machine was created on imported ones) and
+//! guestinfo (bootstrap data, metadata, network).
 
 use banlieue_sdk::api::common::Ipam;
 use banlieue_sdk::api::infra::vsphere::VSphereMachineSpec;
@@ -24,8 +25,10 @@ impl VSphereBackend {
     ) -> Result<ConfigSpec, BackendError> {
         let mut changes = Vec::new();
         let mut macs: Vec<Option<String>> = Vec::new();
-        if !(spec.network.is_empty() && spec.disk_gib.is_none() && spec.additional_disks.is_empty())
-        {
+        let mut extra_config = Vec::new();
+        // Imported disks were all attached when the machine was created.
+        let add_disks = !request.disks_imported && !spec.additional_disks.is_empty();
+        if !(spec.network.is_empty() && spec.disk_gib.is_none() && !add_disks) {
             let devices = self
                 .client
                 .properties(&vm.moref, &["config.hardware.device"])
@@ -37,7 +40,14 @@ impl VSphereBackend {
                 let mut wanted = Vec::new();
                 for nic in &spec.network {
                     wanted.push(WantedNic {
-                        backing: self.network_backing(vm, &nic.network_name).await?,
+                        backing: self
+                            .network_backing(
+                                vm.extra
+                                    .get(guestinfo::FAILURE_DOMAIN_KEY)
+                                    .map(String::as_str),
+                                &nic.network_name,
+                            )
+                            .await?,
                         mac_address: nic.mac_address.clone(),
                     });
                 }
@@ -51,7 +61,15 @@ impl VSphereBackend {
             if let Some(gib) = spec.disk_gib {
                 changes.extend(devices::disk_grow(&devices, gib));
             }
-            changes.extend(devices::disk_adds(&devices, &spec.additional_disks)?);
+            if add_disks {
+                let adds = devices::disk_adds(&devices, &spec.additional_disks)?;
+                let names = devices::added_disk_locations(&adds, &spec.additional_disks);
+                extra_config.push((
+                    guestinfo::DISK_NAMES_KEY.to_string(),
+                    guestinfo::disk_names_value(&names),
+                ));
+                changes.extend(adds);
+            }
         }
         let nics: Vec<(Option<String>, &Ipam)> = spec
             .network
@@ -60,33 +78,32 @@ impl VSphereBackend {
             .map(|(n, mac)| (mac, &n.ipam))
             .collect();
         let network = netconfig::network_config(&nics)?;
+        extra_config.extend(guestinfo::bootstrap_keys(
+            request.instance_id(),
+            &vm.name,
+            request.bootstrap.as_ref(),
+            network.as_deref(),
+        ));
         Ok(ConfigSpec {
             device_change: changes,
-            extra_config: guestinfo::bootstrap_keys(
-                &request.identity,
-                &vm.name,
-                request.bootstrap.as_ref(),
-                network.as_deref(),
-            ),
+            extra_config,
             ..Default::default()
         })
     }
 
-    /// A port group by name (among the networks of the VM's cluster, else any
-    /// cluster's) or inventory path, as a NIC backing.
+    /// A port group by name (among the networks of the cluster of failure domain
+    /// `home`, else any cluster's) or inventory path, as a NIC backing.
     pub(super) async fn network_backing(
         &self,
-        vm: &Vm,
+        home: Option<&str>,
         name: &str,
     ) -> Result<NetworkBacking, BackendError> {
         let network = if name.starts_with('/') {
             self.client.find_by_path(name).await.map_err(vim)?
         } else {
             let topology = self.topology(false).await?;
-            let home = vm
-                .extra
-                .get(guestinfo::FAILURE_DOMAIN_KEY)
-                .and_then(|fd| inventory::parse_failure_domain(fd))
+            let home = home
+                .and_then(inventory::parse_failure_domain)
                 .and_then(|(dc, c)| topology.cluster(dc, c));
             home.and_then(|c| c.networks.get(name))
                 .or_else(|| topology.clusters.iter().find_map(|c| c.networks.get(name)))

@@ -2,9 +2,12 @@
 
 mod clone;
 mod configure;
+mod create;
+mod disks;
 mod power;
 mod vm;
 
+pub use disks::IMPORT_QEMU_IMG_OPTIONS;
 pub(crate) use vm::{VM_PATHS, Vm};
 
 use std::collections::HashMap;
@@ -16,8 +19,9 @@ use banlieue_sdk::api::infra::vsphere::VSphereMachineSpec;
 use banlieue_sdk::api::infra::{MachineAddress, MachineAddressType};
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
-    Backend, BackendError, BackendFactory, Connection, Deletion, ImageLookup, ImageSourceSet,
-    Inventory, MachineIdentity, MachineObservation, MachineRequest, MachineSpec, Pending,
+    Backend, BackendError, BackendFactory, Connection, Deletion, DiskTransfer, ImageLookup,
+    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest, MachineSpec,
+    Pending,
 };
 use tracing::{debug, info};
 
@@ -60,6 +64,7 @@ impl BackendFactory for VSphereFactory {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OpKind {
     Clone,
+    Create,
     Configure,
     Adopt,
     PowerOn,
@@ -72,6 +77,7 @@ impl OpKind {
     fn operation(self) -> &'static str {
         match self {
             Self::Clone => "Cloning",
+            Self::Create => "Creating",
             Self::Configure => "Configuring",
             Self::Adopt => "Adopting",
             Self::PowerOn => "PoweringOn",
@@ -84,6 +90,7 @@ impl OpKind {
     fn method(self) -> &'static str {
         match self {
             Self::Clone => "CloneVM_Task",
+            Self::Create => "CreateVM_Task",
             Self::Configure | Self::Adopt => "ReconfigVM_Task",
             Self::PowerOn => "PowerOnVM_Task",
             Self::PowerOff => "PowerOffVM_Task",
@@ -95,6 +102,7 @@ impl OpKind {
     fn failure_reason(self) -> &'static str {
         match self {
             Self::Clone => "CloneFailed",
+            Self::Create => "CreateFailed",
             Self::Configure => "ReconfigureFailed",
             Self::Adopt => "AdoptFailed",
             Self::PowerOn => "PowerOnFailed",
@@ -274,11 +282,13 @@ impl VSphereBackend {
                     (_, "TaskInProgress" | "ConcurrentAccess" | "InvalidState") => {
                         BackendError::transient("Busy", message)
                     }
-                    // A clone from before a restart still running, or a name taken.
-                    (OpKind::Clone, "DuplicateName") => {
+                    // A clone or create from before a restart still running, or a name
+                    // (or, creating, the .vmx) taken.
+                    (OpKind::Clone, "DuplicateName")
+                    | (OpKind::Create, "DuplicateName" | "FileAlreadyExists") => {
                         BackendError::transient(op.kind.failure_reason(), message)
                     }
-                    (OpKind::Clone | OpKind::Configure | OpKind::PowerOn, _) => {
+                    (OpKind::Clone | OpKind::Create | OpKind::Configure | OpKind::PowerOn, _) => {
                         BackendError::terminal(op.kind.failure_reason(), message)
                     }
                     _ => BackendError::transient(op.kind.failure_reason(), message),
@@ -398,7 +408,12 @@ impl Backend for VSphereBackend {
                 return Err(error.retry_after(backoff.saturating_sub(at.elapsed())));
             }
             lock(&self.failed_clones).remove(uid);
-            return self.start_clone(request, spec).await;
+            // Disks copied from another machine: created on them, never cloned.
+            return if request.disks_imported {
+                self.start_create(request, spec).await
+            } else {
+                self.start_clone(request, spec).await
+            };
         };
         if let Some((kind, task)) = self.poll(uid).await? {
             return Ok(self.observation(&vm, Some(self.pending(kind, Some(&task)))));
@@ -523,6 +538,10 @@ impl Backend for VSphereBackend {
         }
         info!(uid = %uid, vm = %vm.moref, "vsphere: destroying");
         Ok(Deletion::InProgress { retry_after })
+    }
+
+    fn disk_transfer(&self) -> Option<&dyn DiskTransfer> {
+        Some(self)
     }
 }
 

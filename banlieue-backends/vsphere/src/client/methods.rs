@@ -30,6 +30,8 @@ pub struct ServiceContent {
     pub search_index: MoRef,
     /// The session manager (login, logout).
     pub session_manager: MoRef,
+    /// The file manager (datastore directories), when the service has one.
+    pub file_manager: Option<MoRef>,
     /// `about.fullName`, e.g. `VMware vCenter Server 8.0.3 build-24022515`.
     pub full_name: String,
     /// `about.apiVersion`, e.g. `8.0.3.0`.
@@ -55,6 +57,7 @@ pub fn decode_service_content(response: &Element) -> Result<ServiceContent, Stri
         view_manager: moref("viewManager")?,
         search_index: moref("searchIndex")?,
         session_manager: moref("sessionManager")?,
+        file_manager: rv.child("fileManager").and_then(Element::as_moref),
         full_name: about("fullName"),
         api_version: about("apiVersion"),
         api_type: about("apiType"),
@@ -243,10 +246,18 @@ pub fn find_vm_by_uuid(search_index: &MoRef, uuid: &str, instance: bool) -> Stri
 /// The parts of a `VirtualMachineConfigSpec` banlieue sets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConfigSpec {
+    /// `name` (creating a VM).
+    pub name: Option<String>,
+    /// `version`, the hardware version, e.g. `vmx-19` (creating a VM).
+    pub version: Option<String>,
     /// `instanceUuid`: banlieue sets it to the infra object's UID, as CAPV does.
     pub instance_uuid: Option<String>,
+    /// `guestId`, e.g. `otherLinux64Guest` (creating a VM).
+    pub guest_id: Option<String>,
     /// `annotation` (the VM's notes).
     pub annotation: Option<String>,
+    /// `files.vmPathName`: where the `.vmx` goes (creating a VM).
+    pub vm_path_name: Option<String>,
     /// `numCPUs`.
     pub num_cpus: Option<u32>,
     /// `numCoresPerSocket`.
@@ -264,11 +275,23 @@ pub struct ConfigSpec {
 impl ConfigSpec {
     fn write(&self, x: &mut Xml, name: &str) {
         x.open(name);
+        if let Some(v) = &self.name {
+            x.text("name", v);
+        }
+        if let Some(v) = &self.version {
+            x.text("version", v);
+        }
         if let Some(v) = &self.instance_uuid {
             x.text("instanceUuid", v);
         }
+        if let Some(v) = &self.guest_id {
+            x.text("guestId", v);
+        }
         if let Some(v) = &self.annotation {
             x.text("annotation", v);
+        }
+        if let Some(v) = &self.vm_path_name {
+            x.open("files").text("vmPathName", v).close("files");
         }
         if let Some(v) = self.num_cpus {
             x.text("numCPUs", v);
@@ -370,6 +393,30 @@ pub fn clone_vm_task(vm: &MoRef, folder: &MoRef, name: &str, spec: &CloneSpec) -
         x.moref("snapshot", v);
     }
     x.close("spec").close("CloneVM_Task");
+    x.finish()
+}
+
+/// `CreateVM_Task` on a VM folder: a new VM from `config` alone (no template), in
+/// resource pool `pool`.
+pub fn create_vm_task(folder: &MoRef, config: &ConfigSpec, pool: &MoRef) -> String {
+    let mut x = method("CreateVM_Task", folder);
+    config.write(&mut x, "config");
+    x.moref("pool", pool).close("CreateVM_Task");
+    x.finish()
+}
+
+/// `MakeDirectory` on the file manager: `name` is a datastore path (`[ds] dir`).
+pub fn make_directory(
+    file_manager: &MoRef,
+    name: &str,
+    datacenter: &MoRef,
+    create_parents: bool,
+) -> String {
+    let mut x = method("MakeDirectory", file_manager);
+    x.text("name", name)
+        .moref("datacenter", datacenter)
+        .text("createParentDirectories", create_parents)
+        .close("MakeDirectory");
     x.finish()
 }
 

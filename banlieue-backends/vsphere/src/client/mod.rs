@@ -1,7 +1,9 @@
 //! A lean typed client for the vSphere Web Services API (SOAP vim25 over `/sdk`) on
 //! reqwest: one session per client, logged in on first use, reused by every call and
 //! renewed once when vCenter answers `NotAuthenticated` (expired or terminated).
+//! The same session reads and writes datastore files over HTTPS ([`files`]).
 
+pub mod files;
 pub mod methods;
 pub mod soap;
 mod tls;
@@ -14,12 +16,17 @@ use banlieue_sdk::backend::{BackendError, Connection, SecretValue};
 use tokio::sync::{Mutex, OnceCell};
 use tracing::{debug, info};
 
+pub use files::{DatastorePath, TransferError};
 pub use methods::{ObjectContent, Objects, PropertySpec, ServiceContent, TaskState};
 pub use soap::{Answer, VimFault};
 pub use xml::{Element, MoRef};
 
 /// Per-request timeout.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a datastore file transfer may go without a byte moving. A transfer as a
+/// whole has no deadline: a disk takes as long as its size and the link need.
+pub const TRANSFER_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The `SOAPAction` vim25 release banlieue speaks: vSphere 7.0U3, served by 7.0U3 and
 /// every 8.x vCenter. Nothing banlieue sends is newer.
@@ -38,6 +45,13 @@ pub enum VimError {
     Fault(VimFault),
     /// An answer banlieue cannot read.
     Decode(String),
+    /// The datastore file interface answered with an HTTP error status.
+    Http {
+        /// The status code.
+        status: u16,
+        /// What was asked and what came back.
+        message: String,
+    },
 }
 
 impl std::fmt::Display for VimError {
@@ -46,6 +60,7 @@ impl std::fmt::Display for VimError {
             Self::Transport(m) => write!(f, "{m}"),
             Self::Fault(fault) => write!(f, "{fault}"),
             Self::Decode(m) => write!(f, "unreadable answer: {m}"),
+            Self::Http { message, .. } => write!(f, "{message}"),
         }
     }
 }
@@ -64,6 +79,19 @@ impl VimError {
         match &self {
             Self::Transport(m) => BackendError::transient("Unreachable", m.clone()),
             Self::Decode(m) => BackendError::transient("InvalidResponse", m.clone()),
+            Self::Http { status, message } => match status {
+                401 | 403 => BackendError::terminal(
+                    "Forbidden",
+                    format!(
+                        "{message} (the account needs the Datastore.Browse and Datastore.FileManagement privileges)"
+                    ),
+                ),
+                404 => BackendError::terminal("DatastoreFileNotFound", message.clone()),
+                408 | 429 | 500.. => {
+                    BackendError::transient("DatastoreTransferFailed", message.clone())
+                }
+                _ => BackendError::terminal("DatastoreTransferFailed", message.clone()),
+            },
             Self::Fault(f) => match f.kind.as_str() {
                 "InvalidLogin" => BackendError::terminal(
                     "Unauthorized",
@@ -99,6 +127,8 @@ enum LoginState {
 /// One vCenter client with one session (one per Provider). Cheap to share behind an `Arc`.
 pub struct VimClient {
     http: reqwest::Client,
+    /// For datastore files: no overall deadline, only a stall timeout.
+    transfer: reqwest::Client,
     endpoint: String,
     url: String,
     username: String,
@@ -142,13 +172,21 @@ impl VimClient {
         let password = connection.credential("password")?.clone();
         let tls = tls::client_config(connection)?;
         let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
+            .use_preconfigured_tls(tls.clone())
             .timeout(REQUEST_TIMEOUT)
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| BackendError::terminal("InvalidTLSConfig", e.to_string()))?;
+        // Same trust (CA bundle or insecure) as the SOAP calls.
+        let transfer = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .read_timeout(TRANSFER_STALL_TIMEOUT)
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| BackendError::terminal("InvalidTLSConfig", e.to_string()))?;
         Ok(Self {
             http,
+            transfer,
             url: format!("{endpoint}/sdk"),
             endpoint,
             username,
@@ -189,18 +227,23 @@ impl VimClient {
             let session = self.session().await?;
             match self.post(body, Some(&session)).await {
                 Err(VimError::Fault(f)) if f.kind == "NotAuthenticated" && !renewed => {
-                    let mut state = self.session.lock().await;
-                    // Another call may have renewed it already.
-                    if let LoginState::LoggedIn(s) = &*state
-                        && s.cookie == session.cookie
-                    {
-                        info!(endpoint = %self.endpoint, "vsphere: session expired; logging in again");
-                        *state = LoginState::None;
-                    }
+                    self.forget_session(&session).await;
                     renewed = true;
                 }
                 other => return other,
             }
+        }
+    }
+
+    /// Drops `session` so the next call logs in again, unless another call renewed
+    /// it already.
+    async fn forget_session(&self, session: &Session) {
+        let mut state = self.session.lock().await;
+        if let LoginState::LoggedIn(s) = &*state
+            && s.cookie == session.cookie
+        {
+            info!(endpoint = %self.endpoint, "vsphere: session expired; logging in again");
+            *state = LoginState::None;
         }
     }
 

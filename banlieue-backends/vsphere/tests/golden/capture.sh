@@ -12,7 +12,8 @@ pid=$!
 for _ in $(seq 50); do [[ -s "$work/out" ]] && break; sleep 0.1; done
 read -r endpoint user password < <(python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).readline()); open(sys.argv[2],"w").write(r["caPem"]); print(r["endpoint"], r["username"], r["password"])' "$work/out" "$work/ca.pem")
 declare -A vars=([PASSWORD]="$password")
-out="$here/responses"
+# GOLDEN_OUT records elsewhere (e.g. to pick up the answers of new requests only).
+out="${GOLDEN_OUT:-$here/responses}"
 mkdir -p "$out"
 
 # post NAME [FILE]: sends requests/NAME.xml (or FILE) with the session cookie, saves responses/NAME.xml.
@@ -69,5 +70,18 @@ post 18_clone_duplicate_name
 vars[TASK]=$(first 18_clone_duplicate_name returnval)
 sleep 0.3
 post 18_retrieve_failed_task "$here/requests/09_retrieve_task.xml"
+post 21_make_directory
+# CreateVM attaches the disk as it is: put one there through the datastore file
+# interface, as an import does (a descriptor, and its flat extent).
+disk="$endpoint/folder/banlieue/5b2e6c1a-0d3f-4c8e-9a7b-1f2e3d4c5b6a"
+files_query='dcPath=DC0&dsName=LocalDS_0'
+printf '# Disk DescriptorFile\nversion=1\ncreateType="vmfs"\nRW 16384 VMFS "os-flat.vmdk"\n' |
+  curl -sf --cacert "$work/ca.pem" -H "Cookie: $(cat "$work/cookie")" -T - "$disk/os.vmdk?$files_query"
+head -c 8388608 /dev/zero |
+  curl -sf --cacert "$work/ca.pem" -H "Cookie: $(cat "$work/cookie")" -T - "$disk/os-flat.vmdk?$files_query"
+post 22_create_vm_task
+vars[TASK]=$(first 22_create_vm_task returnval)
+sleep 0.3
+post 22_retrieve_created_task "$here/requests/09_retrieve_task.xml"
 post 20_logout
 ls "$out"
