@@ -13,6 +13,19 @@
 # VARIANT=slim leaves libvirt out (--no-default-features + the other backends): the
 # binary needs only glibc and libgcc_s.
 #
+# How qemu-img gets there: `migration.strategy: CopyDisk` converts disks between formats
+# with `qemu-img convert`, run from PATH, and every backend of either variant can take
+# part in a copy (vSphere, Proxmox VE and Cloud Hypervisor as well as libvirt), so both
+# variants ship it. Each build stage installs Debian's qemu-utils (the same Debian
+# release as the runtime base), hack/runtime-tools.sh copies /usr/bin/qemu-img into
+# target/runtime-bin (after checking it runs) and hack/runtime-libs.sh copies the
+# libraries `ldd` lists for it (glib, GnuTLS, zstd, liburing, ...) next to banlieue's;
+# the runtime stage puts it at /usr/local/bin/qemu-img (on PATH) with those libraries
+# on LD_LIBRARY_PATH. CopyDisk's formats (raw, qcow2, vmdk) are built into qemu-img;
+# qemu-block-extra's network drivers are not in the image. The copy stages disks under
+# `--staging-dir`, an emptyDir in the `bootstrap operator` Deployment (the root is
+# read-only).
+#
 # `bootstrap operator` deploys ghcr.io/banlieue-io/banlieue:<crate version> as user
 # 65532 with Cluster API's security context (read-only root, no capabilities,
 # RuntimeDefault seccomp); distroless's `nonroot` user is 65532 too.
@@ -26,27 +39,36 @@ ARG RUST_VERSION=1.95
 ARG DEBIAN=bookworm
 
 FROM docker.io/library/rust:${RUST_VERSION}-${DEBIAN} AS build-full
-# libvirt's client library, found by the virt crate with pkg-config.
-RUN apt-get update && apt-get install -y --no-install-recommends libvirt-dev pkg-config && rm -rf /var/lib/apt/lists/*
+# libvirt's client library, found by the virt crate with pkg-config; qemu-img for CopyDisk.
+RUN apt-get update && apt-get install -y --no-install-recommends libvirt-dev pkg-config qemu-utils && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 # What `--version` names as the git revision (the context has no .git).
 ARG BANLIEUE_GIT_REV=unknown
 RUN --mount=type=cache,target=/usr/local/cargo/registry cargo build --release --locked -p banlieue
-RUN hack/runtime-libs.sh target/release/banlieue target/runtime-libs
+RUN hack/runtime-tools.sh /usr/bin/qemu-img target/runtime-bin
+RUN hack/runtime-libs.sh target/release/banlieue /usr/bin/qemu-img target/runtime-libs
 
 FROM docker.io/library/rust:${RUST_VERSION}-${DEBIAN} AS build-slim
+# qemu-img for CopyDisk.
+RUN apt-get update && apt-get install -y --no-install-recommends qemu-utils && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 ARG BANLIEUE_GIT_REV=unknown
 RUN --mount=type=cache,target=/usr/local/cargo/registry cargo build --release --locked -p banlieue --no-default-features --features vsphere,proxmox,cloud-hypervisor,sim
+RUN hack/runtime-tools.sh /usr/bin/qemu-img target/runtime-bin
+RUN hack/runtime-libs.sh target/release/banlieue /usr/bin/qemu-img target/runtime-libs
 
 FROM gcr.io/distroless/cc-debian12:nonroot AS runtime-full
 COPY --from=build-full /src/target/runtime-libs/ /usr/lib/banlieue/
 ENV LD_LIBRARY_PATH=/usr/lib/banlieue
+COPY --from=build-full /src/target/runtime-bin/qemu-img /usr/local/bin/qemu-img
 COPY --from=build-full /src/target/release/banlieue /usr/local/bin/banlieue
 
 FROM gcr.io/distroless/cc-debian12:nonroot AS runtime-slim
+COPY --from=build-slim /src/target/runtime-libs/ /usr/lib/banlieue/
+ENV LD_LIBRARY_PATH=/usr/lib/banlieue
+COPY --from=build-slim /src/target/runtime-bin/qemu-img /usr/local/bin/qemu-img
 COPY --from=build-slim /src/target/release/banlieue /usr/local/bin/banlieue
 
 FROM runtime-${VARIANT}

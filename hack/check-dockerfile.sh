@@ -6,9 +6,12 @@
 #     environment unless the caller sets them, as `docker build --build-arg` would;
 #     its other RUN commands (apt-get) are the host's business: hack/build-deps.sh;
 #   - checks that everything the runtime stage COPYs from it exists under WORKDIR;
-#   - checks that every shared library the binary needs beyond the base image's glibc
-#     is in a COPYed directory on the stage's LD_LIBRARY_PATH, and that a variant whose
-#     features leave libvirt out does not link it;
+#   - checks that the runtime stage ships the programs banlieue runs ($runtime_tools:
+#     qemu-img, for CopyDisk) in a directory on the image's PATH;
+#   - checks that every shared library the binary and those programs (every ELF file
+#     the stage COPYs) need beyond the base image's glibc is in a COPYed directory on
+#     the stage's LD_LIBRARY_PATH, and that a variant whose features leave libvirt out
+#     does not link it;
 #   - checks that the binary's --version names $BANLIEUE_GIT_REV (what the Dockerfile
 #     passes) and that `bootstrap operator` deploys it as the Dockerfile's USER.
 # The default VARIANT is built last, so target/release/banlieue ends as the full build.
@@ -41,6 +44,11 @@ fail() {
   echo "check-dockerfile: $*" >&2
   exit 1
 }
+
+# Programs banlieue runs that every runtime image must have on its PATH (CopyDisk's
+# `qemu-img convert`), and the PATH of the base image (distroless) unless a stage sets one.
+runtime_tools=(qemu-img)
+base_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 # The Dockerfile as instructions, one a line: continuations joined, comments dropped.
 instructions="$(sed -e '/^[[:space:]]*#/d' "$dockerfile" | sed -e ':a' -e '/\\$/N; s/\\\n[[:space:]]*/ /; ta' | sed -e '/^[[:space:]]*$/d')"
@@ -126,8 +134,10 @@ for variant in "${ordered[@]}"; do
   (( cargo_builds > 0 )) || fail "build-$variant runs no 'cargo build'"
 
   # What the runtime stage takes from the build stage, mapped into the checkout.
-  binary="" lib_dirs=()
+  binary="" lib_dirs=() programs=() shipped=()
   ld_path="$(awk 'toupper($1) == "ENV" {for (i = 2; i <= NF; i++) if ($i ~ /^LD_LIBRARY_PATH=/) print substr($i, 17)}' <<<"$runtime" | tail -n1)"
+  image_path="$(awk 'toupper($1) == "ENV" {for (i = 2; i <= NF; i++) if ($i ~ /^PATH=/) print substr($i, 6)}' <<<"$runtime" | tail -n1)"
+  image_path="${image_path:-$base_path}"
   while read -r _ from src dest; do
     [[ "$from" == "--from=build-$variant" ]] || fail "runtime-$variant copies from elsewhere: COPY $from $src $dest"
     [[ "$src" == "$workdir"/* ]] || fail "runtime-$variant: $src is outside the build WORKDIR $workdir"
@@ -138,17 +148,28 @@ for variant in "${ordered[@]}"; do
       lib_dirs+=("$local_src")
     else
       [[ -f "$local_src" ]] || fail "runtime-$variant: COPY source $src: no $local_src after the build"
-      [[ "$dest" == "$entrypoint" ]] && binary="$local_src"
+      if [[ "$dest" == "$entrypoint" ]]; then
+        binary="$local_src"
+      elif [[ "$(head -c4 "$local_src" | od -An -tx1 | tr -d ' \n')" == 7f454c46 ]]; then
+        programs+=("$local_src")
+        [[ -x "$local_src" ]] || fail "runtime-$variant: $src (to $dest) is not executable"
+        if [[ ":$image_path:" == *":$(dirname "$dest"):"* ]]; then shipped+=("$(basename "$dest")"); fi
+      fi
     fi
   done < <(awk 'toupper($1) == "COPY"' <<<"$runtime")
   [[ -n "$binary" ]] || fail "runtime-$variant copies nothing to the ENTRYPOINT $entrypoint"
+  for tool in "${runtime_tools[@]}"; do
+    printf '%s\n' "${shipped[@]}" | grep -qxF "$tool" || fail "runtime-$variant does not COPY $tool into a directory on the image's PATH ($image_path)"
+  done
 
   # Every library beyond the base image's is in the image, where the loader looks.
-  mapfile -t needed < <(hack/runtime-libs.sh --list "$binary")
-  for lib in "${needed[@]}"; do
-    found=0
-    for dir in "${lib_dirs[@]}"; do [[ -f "$dir/$lib" ]] && found=1; done
-    (( found )) || fail "runtime-$variant: $binary needs $lib, which the image does not have"
+  for program in "$binary" "${programs[@]}"; do
+    mapfile -t needed < <(hack/runtime-libs.sh --list "$program")
+    for lib in "${needed[@]}"; do
+      found=0
+      for dir in "${lib_dirs[@]}"; do [[ -f "$dir/$lib" ]] && found=1; done
+      (( found )) || fail "runtime-$variant: $program needs $lib, which the image does not have"
+    done
   done
   if (( features_without_libvirt )) && ldd "$binary" | grep -q libvirt; then
     fail "runtime-$variant: $binary links libvirt although its features leave it out"
@@ -159,7 +180,12 @@ for variant in "${ordered[@]}"; do
   [[ "$got" == "$want" ]] || fail "runtime-$variant: --version says '$got', want '$want'"
   deployment="$("$binary" bootstrap operator --dry-run)"
   grep -qE "^[[:space:]]+runAsUser: ${user%%:*}$" <<<"$deployment" || fail "runtime-$variant: bootstrap operator does not run the manager as the image's USER ${user%%:*}"
-  summary+=("$(printf '       runtime-%s: %s, %s, %d extra libraries' "$variant" "$binary" "$(du -h "$binary" | cut -f1)" "${#needed[@]}")")
+  libs=0 libs_size=0
+  if (( ${#lib_dirs[@]} )); then
+    libs="$(find "${lib_dirs[@]}" -maxdepth 1 -type f | wc -l)"
+    libs_size="$(du -ch "${lib_dirs[@]}" | tail -n1 | cut -f1)"
+  fi
+  summary+=("$(printf '       runtime-%s: %s, %s; also %s; %d extra libraries (%s)' "$variant" "$binary" "$(du -h "$binary" | cut -f1)" "${programs[*]:-nothing}" "$libs" "$libs_size")")
 done
 
 echo "Dockerfile: ${#ordered[@]} of ${#variants[@]} variants checked (default $default_variant):"

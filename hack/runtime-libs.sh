@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Copies the shared libraries BINARY loads (as `ldd` resolves them) into DIR, except
+# Copies the shared libraries the BINARYs load (as `ldd` resolves them) into DIR, except
 # glibc's and the GCC runtime's: the runtime image (distroless/cc, Debian 12) has those,
-# from the same Debian release as the build image. The Dockerfile's build-full stage
-# runs this for libvirt's client library and its dependencies.
+# from the same Debian release as the build image. The Dockerfile's build stages run
+# this for banlieue (in build-full: libvirt's client library and its dependencies) and
+# qemu-img (glib, GnuTLS, zstd, liburing, ...), into one directory: a library two of
+# them need is copied once.
 #
-# Usage: hack/runtime-libs.sh BINARY DIR
-#        hack/runtime-libs.sh --list BINARY    (print the libraries' names, copy nothing;
-#                                              hack/check-dockerfile.sh uses it)
+# Usage: hack/runtime-libs.sh BINARY... DIR
+#        hack/runtime-libs.sh --list BINARY...   (print the libraries' names, copy
+#                                                nothing; hack/check-dockerfile.sh uses it)
 set -euo pipefail
 
 list=0
@@ -14,21 +16,29 @@ if [[ "${1:-}" == --list ]]; then
   list=1
   shift
 fi
-if (( $# != 2 - list )); then
-  echo "usage: $0 BINARY DIR | $0 --list BINARY" >&2
+if (( list ? $# < 1 : $# < 2 )); then
+  echo "usage: $0 BINARY... DIR | $0 --list BINARY..." >&2
   exit 2
 fi
-binary="$1" dir="${2:-}"
+if (( list )); then
+  binaries=("$@") dir=""
+else
+  binaries=("${@:1:$#-1}") dir="${!#}"
+fi
 
-if ! deps="$(ldd "$binary")"; then
-  echo "runtime-libs: ldd cannot read $binary" >&2
-  exit 1
-fi
-if grep -q 'not found' <<<"$deps"; then
-  echo "runtime-libs: $binary needs libraries this machine lacks:" >&2
-  grep 'not found' <<<"$deps" >&2
-  exit 1
-fi
+deps=""
+for binary in "${binaries[@]}"; do
+  if ! these="$(ldd "$binary")"; then
+    echo "runtime-libs: ldd cannot read $binary" >&2
+    exit 1
+  fi
+  if grep -q 'not found' <<<"$these"; then
+    echo "runtime-libs: $binary needs libraries this machine lacks:" >&2
+    grep 'not found' <<<"$these" >&2
+    exit 1
+  fi
+  deps+="$these"$'\n'
+done
 
 if (( ! list )); then
   rm -rf "$dir"
@@ -46,7 +56,7 @@ while read -r name path; do
     cp -L "$path" "$dir/$name"
   fi
   count=$((count + 1))
-done < <(awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' <<<"$deps")
+done < <(awk '$2 == "=>" && $3 ~ /^\// && !seen[$1]++ {print $1, $3}' <<<"$deps")
 if (( ! list )); then
-  echo "runtime-libs: copied $count libraries for $binary into $dir" >&2
+  echo "runtime-libs: copied $count libraries for ${binaries[*]} into $dir" >&2
 fi

@@ -538,7 +538,13 @@ impl ProxmoxBackend {
         let uid = &request.identity.uid;
         let macs = seed::macs(spec, uid, current);
         // Built first: an unsupported format fails before anything is uploaded.
-        let files = seed::files(&request.identity, request.instance_id(), spec, bootstrap, &macs)?;
+        let files = seed::files(
+            &request.identity,
+            request.instance_id(),
+            spec,
+            bootstrap,
+            &macs,
+        )?;
         let storage = match seed::attached(current, uid) {
             Some((storage, _)) => storage,
             None => self.seed_storage(&found.node).await?,

@@ -122,6 +122,9 @@ pub(crate) struct Context {
     pub written: WrittenStatuses,
     /// `CopyDisk` disk copies running beside the reconciles, by VM UID.
     pub copies: super::virtual_machine::copy_disk::job::Jobs,
+    /// Whether every shared store has listed once: before, a VM's machines may be
+    /// missing from the cache (a move in flight would look finished).
+    pub stores_synced: std::sync::atomic::AtomicBool,
     events: super::events::Events,
     writers: Mutex<Option<Writers>>,
     failures: Mutex<HashMap<String, u32>>,
@@ -181,6 +184,7 @@ impl Context {
             capi_placements: Mutex::new(HashMap::new()),
             written: WrittenStatuses::default(),
             copies: Default::default(),
+            stores_synced: Default::default(),
             writers: Mutex::new(Some(Writers {
                 providers: providers_w,
                 classes: classes_w,
@@ -260,6 +264,7 @@ impl Context {
         // theirs, so their feeds say when they have listed.
         let stores = self.stores.clone();
         let readiness = self.readiness.clone();
+        let context = self.clone();
         tokio::spawn(async move {
             let _ = stores.providers.wait_until_ready().await;
             let _ = stores.classes.wait_until_ready().await;
@@ -268,6 +273,9 @@ impl Context {
             let _ = proxmox_synced.await;
             let _ = libvirt_synced.await;
             let _ = cloud_hypervisor_synced.await;
+            context
+                .stores_synced
+                .store(true, std::sync::atomic::Ordering::SeqCst);
             readiness.synced();
         });
         tokio::select! {

@@ -157,7 +157,7 @@ fn free_bytes(dir: &Path) -> Result<u64, BackendError> {
 }
 
 /// `disk` in `format`: itself when it already is, else a `qemu-img convert` of it
-/// into `dir` (`qemu-img` from `$BANLIEUE_QEMU_IMG`, else `PATH`).
+/// into `dir` (`qemu-img` from `PATH`).
 pub async fn convert(
     disk: &StagedDisk,
     format: DiskFormat,
@@ -213,11 +213,10 @@ fn convert_options(format: DiskFormat) -> &'static [&'static str] {
     }
 }
 
-/// `qemu-img`, from `BANLIEUE_QEMU_IMG` when set, else from `PATH`.
+/// `qemu-img`, from `PATH` (the image puts it in `/usr/local/bin`; the backends run
+/// it the same way).
 fn qemu_img() -> PathBuf {
-    std::env::var_os("BANLIEUE_QEMU_IMG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("qemu-img"))
+    PathBuf::from("qemu-img")
 }
 
 #[cfg(test)]

@@ -158,6 +158,12 @@ struct Outcome<'a> {
 }
 
 async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
+    if !ctx.stores_synced.load(std::sync::atomic::Ordering::SeqCst) {
+        // Right after a start the machines' caches may not show a VM's machines yet:
+        // a CopyDisk move in flight would look done, a machine absent (and be built
+        // again without what the move put on it).
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
     if crate::capi::metadata::paused(vm.meta(), None).is_some()
         || crate::capi::metadata::deleted_for_move(vm.meta())
     {

@@ -83,6 +83,13 @@ pub struct RunCommand {
     #[arg(long, env = "BANLIEUE_SYNC_PERIOD", value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
     sync_period: Duration,
 
+    /// Where `migration.strategy: CopyDisk` stages VM disks between export and import
+    /// (a directory per VM, removed after): as large as the largest VM's disks twice
+    /// over, for the export and its `qemu-img convert`
+    /// [default: $TMPDIR/banlieue-staging, else /tmp/banlieue-staging].
+    #[arg(long, env = "BANLIEUE_STAGING_DIR", value_name = "PATH")]
+    staging_dir: Option<PathBuf>,
+
     /// Average requests per second to the Kubernetes API (client-side token bucket).
     #[arg(long, env = "BANLIEUE_KUBE_API_QPS", value_name = "QPS", default_value_t = 20.0, value_parser = parse_qps)]
     kube_api_qps: f64,
@@ -188,6 +195,10 @@ impl RunCommand {
                     machine: self.machine_concurrency,
                     image: self.image_concurrency,
                 },
+                staging_dir: self
+                    .staging_dir
+                    .clone()
+                    .unwrap_or_else(|| Settings::default().staging_dir),
             },
         })
     }
@@ -238,6 +249,7 @@ mod tests {
             Some("0.0.0.0:8443".parse().unwrap())
         );
         assert_eq!(cmd.sync_period, Duration::from_secs(600));
+        assert_eq!(cmd.staging_dir, None);
         assert_eq!(cmd.kube_api_qps, 20.0);
         assert_eq!(cmd.kube_api_burst, 30);
         assert_eq!(
@@ -256,6 +268,11 @@ mod tests {
         let config = cmd.config(None).unwrap();
         assert!(config.leader.is_none());
         assert_eq!(config.settings.sync_period, Duration::from_secs(600));
+        // The SDK's default: under the temp dir, fine for a local run.
+        assert_eq!(
+            config.settings.staging_dir,
+            std::env::temp_dir().join("banlieue-staging")
+        );
     }
 
     #[test]
@@ -272,6 +289,7 @@ mod tests {
             "--health-addr=127.0.0.1:19440",
             "--diagnostics-address=0",
             "--sync-period=1h30m",
+            "--staging-dir=/var/lib/banlieue/staging",
             "--kube-api-qps=5.5",
             "--kube-api-burst=7",
             "--virtualmachine-concurrency=3",
@@ -284,6 +302,10 @@ mod tests {
         assert_eq!(config.settings.namespace.as_deref(), Some("tenant-a"));
         assert_eq!(config.settings.watch_filter.as_deref(), Some("blue"));
         assert_eq!(config.settings.sync_period, Duration::from_secs(5400));
+        assert_eq!(
+            config.settings.staging_dir,
+            PathBuf::from("/var/lib/banlieue/staging")
+        );
         assert_eq!(config.settings.concurrency.virtual_machine, 3);
         assert_eq!(config.settings.concurrency.provider, 4);
         let leader = config.leader.unwrap();
@@ -357,6 +379,7 @@ mod tests {
         for args in [
             &["--sync-period=10"][..],
             &["--health-addr=9440"],
+            &["--staging-dir="],
             &["--kube-api-qps=0"],
             &["--kube-api-qps=-1"],
             &["--kube-api-burst=0"],
@@ -389,6 +412,7 @@ mod tests {
         assert_eq!(config.settings.namespace.as_deref(), Some("env-ns"));
         assert_eq!(config.settings.watch_filter.as_deref(), Some("env-filter"));
         assert_eq!(config.settings.sync_period, Duration::from_secs(90));
+        assert_eq!(config.settings.staging_dir, PathBuf::from("/env/staging"));
         assert_eq!(config.settings.concurrency.machine, 5);
         // The flag wins over BANLIEUE_IMAGE_CONCURRENCY.
         assert_eq!(config.settings.concurrency.image, 9);
@@ -433,6 +457,7 @@ mod tests {
             ("BANLIEUE_HEALTH_ADDR", "127.0.0.1:1234"),
             ("BANLIEUE_DIAGNOSTICS_ADDRESS", "0"),
             ("BANLIEUE_SYNC_PERIOD", "1m30s"),
+            ("BANLIEUE_STAGING_DIR", "/env/staging"),
             ("BANLIEUE_KUBE_API_QPS", "50"),
             ("BANLIEUE_KUBE_API_BURST", "100"),
             ("BANLIEUE_MACHINE_CONCURRENCY", "5"),

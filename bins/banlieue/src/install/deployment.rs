@@ -1,6 +1,7 @@
 //! The operator's Deployment: one container named `manager` (clusterctl's rule)
 //! running `banlieue run` with leader election, probes on the health port, and Cluster
-//! API's security context.
+//! API's security context. The root filesystem is read-only: `CopyDisk` stages disks on
+//! an `emptyDir` volume.
 
 use serde_json::{Value, json};
 
@@ -13,6 +14,14 @@ pub const METRICS_PORT: u16 = 8443;
 /// The user and group the manager runs as: distroless's `nonroot`, the Dockerfile's
 /// `USER` (hack/check-dockerfile.sh checks they agree), as Cluster API's managers do.
 pub const RUN_AS_ID: u32 = 65532;
+/// Where the manager stages `CopyDisk` disks (`--staging-dir`): the mount of the
+/// [`STAGING_VOLUME`] `emptyDir`. It has no `sizeLimit`: it must hold the largest VM's
+/// disks twice over, which no default can know, and the copy checks the free space
+/// itself (the kubelet enforces a `sizeLimit` by eviction, which that check cannot see).
+/// The book's "Swapping backends" page (Staging space) shows how to use a PVC instead.
+pub const STAGING_DIR: &str = "/var/lib/banlieue/staging";
+/// The name of the staging volume.
+pub const STAGING_VOLUME: &str = "staging";
 
 /// `banlieue run`'s arguments in the Deployment. It watches every namespace (clusterctl
 /// installs providers cluster-wide); the Lease lives in `$POD_NAMESPACE`.
@@ -23,6 +32,7 @@ pub fn manager_args() -> Vec<String> {
         format!("--health-addr=:{HEALTH_PORT}"),
         format!("--diagnostics-address=:{METRICS_PORT}"),
         "--log-format=json".to_owned(),
+        format!("--staging-dir={STAGING_DIR}"),
     ]
 }
 
@@ -81,7 +91,13 @@ pub fn deployment(options: &Options) -> Value {
                                 "runAsGroup": RUN_AS_ID,
                                 "capabilities": {"drop": ["ALL"]},
                             },
+                            "volumeMounts": [
+                                {"name": STAGING_VOLUME, "mountPath": STAGING_DIR},
+                            ],
                         }],
+                        "volumes": [
+                            {"name": STAGING_VOLUME, "emptyDir": {}},
+                        ],
                     },
                 },
             },

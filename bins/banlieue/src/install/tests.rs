@@ -144,6 +144,28 @@ fn the_deployment_runs_banlieue_as_clusterctl_and_capi_expect() {
     let pod_sc = pod.security_context.unwrap();
     assert_eq!(pod_sc.run_as_non_root, Some(true));
     assert_eq!(pod_sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+
+    // The root is read-only: CopyDisk stages disks on an emptyDir, where --staging-dir says.
+    assert!(
+        args.contains(&"--staging-dir=/var/lib/banlieue/staging".to_owned()),
+        "{args:?}"
+    );
+    let mounts = manager.volume_mounts.clone().unwrap_or_default();
+    let mount = mounts
+        .iter()
+        .find(|m| m.mount_path == "/var/lib/banlieue/staging")
+        .unwrap_or_else(|| panic!("no staging mount: {mounts:?}"));
+    assert_eq!(mount.name, "staging");
+    assert_ne!(mount.read_only, Some(true));
+    let volumes = pod.volumes.unwrap_or_default();
+    let staging = volumes
+        .iter()
+        .find(|v| v.name == "staging")
+        .unwrap_or_else(|| panic!("no staging volume: {volumes:?}"));
+    let empty_dir = staging.empty_dir.as_ref().expect("staging is an emptyDir");
+    // Not tmpfs (it counts against memory), and no sizeLimit: see deployment::STAGING_DIR.
+    assert_eq!(empty_dir.medium, None);
+    assert_eq!(empty_dir.size_limit, None);
 }
 
 #[test]

@@ -47,6 +47,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         virtualmachine_concurrency = config.settings.concurrency.virtual_machine,
         machine_concurrency = config.settings.concurrency.machine,
         image_concurrency = config.settings.concurrency.image,
+        staging_dir = %config.settings.staging_dir.display(),
         leader_election = config.leader.is_some(),
         "starting banlieue"
     );
