@@ -563,3 +563,101 @@ async fn a_copy_off_proxmox_is_refused_before_anything_is_touched() {
             .all(|(name, _, _)| !name.contains(VM))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_import_removes_the_target_and_powers_the_source_back_on() {
+    let (Some(lv), Some(vc), Some(pve)) = (LibvirtRig::start(), Vcsim::start(), FakePve::start())
+    else {
+        return;
+    };
+    let rigs = Rigs {
+        lv,
+        ch: ChRig::new(FAKE_VMM, Guest::Exit),
+        vc,
+        pve,
+    };
+    let control_plane = banlieue_testenv::shared();
+    let ns = banlieue_testenv::namespace("copy-fail").await;
+    let client = ns.client.clone();
+    let _operator = CrashableOperator::start(
+        control_plane.kube_config(),
+        &ns.name,
+        registry(),
+        Duration::from_secs(5),
+    );
+    for object in fixtures(&rigs, &ns.name) {
+        apply(&client, &ns.name, &object).await.unwrap();
+    }
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns.name);
+    apply(&client, &ns.name, &vm(&ns.name, VM, "ch", "PoweredOn"))
+        .await
+        .unwrap();
+    until(&vms, VM, "Ready on Cloud Hypervisor", |v| {
+        ready_on(v, "ch", PowerState::PoweredOn)
+    })
+    .await;
+    let ch_uid = uid_of(&client, &ns.name, "CloudHypervisorMachine").await;
+    // The datastore refuses the import's folder, every time.
+    rigs.vc.fail(
+        "MakeDirectory",
+        "Cannot complete the operation (injected)",
+        1000,
+    );
+    move_to(&vms, "vc").await;
+    let failed = until(&vms, VM, "the copy to fail", |v| {
+        condition(v, "Migrating").is_some_and(|c| c.reason == "CopyFailed")
+    })
+    .await;
+    let message = condition(&failed, "Migrating").unwrap().message.clone();
+    assert!(
+        message.contains("injected"),
+        "the backend's own words: {message}"
+    );
+    // Undone: no VSphereMachine, no VM on vSphere, the source running again on CH.
+    until(&vms, VM, "the source back on", |v| {
+        v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
+            && infra_gone_on_vsphere(&rigs.vc)
+    })
+    .await;
+    wait_gone(&infra(&client, &ns.name, "VSphereMachine")).await;
+    assert_eq!(
+        uid_of(&client, &ns.name, "CloudHypervisorMachine").await,
+        ch_uid
+    );
+    let machine = infra(&client, &ns.name, "CloudHypervisorMachine")
+        .get(VM)
+        .await
+        .unwrap();
+    assert_eq!(machine.data["spec"]["powerState"], "PoweredOn");
+    // And it stays failed (no retry loop) until the spec changes.
+    let calls = rigs.vc.calls("MakeDirectory");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(rigs.vc.calls("MakeDirectory"), calls, "no retry loop");
+    let still = vms.get(VM).await.unwrap();
+    assert_eq!(
+        condition(&still, "Migrating").map(|c| c.reason.as_str()),
+        Some("CopyFailed")
+    );
+    let status = still.status.as_ref().unwrap();
+    assert_eq!(
+        status.placement.as_ref().map(|p| p.provider.as_str()),
+        Some("ch"),
+        "the status says where the VM runs"
+    );
+    assert!(conditions::is_true(
+        &status.conditions,
+        "InfrastructureReady"
+    ));
+}
+
+fn infra_gone_on_vsphere(vc: &Vcsim) -> bool {
+    vc.vms().iter().all(|v| v["name"].as_str() != Some(VM))
+}
+
+async fn wait_gone(api: &Api<DynamicObject>) {
+    let deadline = Instant::now() + WAIT;
+    while api.get_opt(VM).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "{VM} is still there");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

@@ -107,7 +107,9 @@ pub(crate) async fn advance(ctx: &Context, mv: Move<'_>) -> Result<Action, Error
                 "{route}: the disk copy failed and was undone, the VM stays on {from}: {why}. \
                  Change the spec (e.g. put the placement back) to try again"
             );
-            write(ctx, vm, mv.placement, COPY_FAILED, &message, false, source).await?;
+            let here = source_placement(ctx, &namespace, source);
+            let placement = here.as_ref().unwrap_or(mv.placement);
+            write(ctx, vm, placement, COPY_FAILED, &message, false, source).await?;
             return Ok(Action::requeue(ctx.settings.sync_period));
         }
         Step::StopSource => {
@@ -219,7 +221,9 @@ pub(crate) async fn advance(ctx: &Context, mv: Move<'_>) -> Result<Action, Error
                 message.clone(),
             )
             .await;
-            write(ctx, vm, mv.placement, COPY_FAILED, &message, false, source).await?;
+            let here = source_placement(ctx, &namespace, source);
+            let placement = here.as_ref().unwrap_or(mv.placement);
+            write(ctx, vm, placement, COPY_FAILED, &message, false, source).await?;
             return Ok(Action::requeue(POLL));
         }
         Step::WaitTarget => (
@@ -298,6 +302,23 @@ fn cannot(provider: &Provider, backend: &Instrumented, what: &str) -> String {
         provider.name_any(),
         backend.class.as_str()
     )
+}
+
+/// Where the source runs, for the status of a move that stays there.
+fn source_placement(
+    ctx: &Context,
+    namespace: &str,
+    source: Option<&Existing>,
+) -> Option<ScheduledPlacement> {
+    let providers: Vec<Provider> = ctx
+        .stores
+        .providers
+        .state()
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(namespace))
+        .map(|p| p.as_ref().clone())
+        .collect();
+    source?.placement(&providers)
 }
 
 fn source_provider(ctx: &Context, namespace: &str, source: &Existing) -> Option<Provider> {
