@@ -96,7 +96,7 @@ pub(crate) async fn advance(ctx: &Context, mv: Move<'_>) -> Result<Action, Error
         .filter(|_| facts.target.is_some_and(|t| !t.importing));
     let mirrored = shown.or(source);
     let (reason, message, again): (&str, String, Duration) = match step {
-        Step::Refuse(why) => return refuse(ctx, vm, &route, &why, source).await,
+        Step::Refuse(why) => return refuse(ctx, vm, (&from, &to), &why, source).await,
         Step::StayFailed => {
             let why = source
                 .and_then(|s| s.annotations.get(COPY_FAILED_ANNOTATION))
@@ -426,14 +426,15 @@ async fn write(
 async fn refuse(
     ctx: &Context,
     vm: &VirtualMachine,
-    route: &str,
+    (from, to): (&str, &str),
     why: &str,
     source: Option<&Existing>,
 ) -> Result<Action, Error> {
     let message = format!(
-        "{route}: spec.migration.strategy is CopyDisk and {why}, so nothing was moved. \
-         Set spec.migration.strategy to Recreate to move it without its disk (a new \
-         machine from the image), or put the placement back"
+        "{from} -> {to}: spec.migration.strategy is CopyDisk and {why}, so nothing was \
+         moved and the VM stays on {from}. Set spec.migration.strategy to Recreate to \
+         move it without its disk (a new machine from the image), or put the placement \
+         back"
     );
     let current = vm.status.as_ref().and_then(|s| s.placement.clone());
     let outcome = Outcome {
