@@ -84,7 +84,8 @@ pub trait DiskTransfer: Send + Sync {
     /// the disks of the machine `request` describes, which does not exist yet: the
     /// next [`ensure`](super::Backend::ensure) of that request creates it **on these
     /// disks** (no image clone, no empty disk). Idempotent: an interrupted import is
-    /// overwritten. A disk that does not fit where the request puts it is a terminal
+    /// overwritten. The staged files are the importer's to take (it may move them
+    /// instead of copying); the controller removes the staging directory after. A disk that does not fit where the request puts it is a terminal
     /// error that names it.
     async fn import(
         &self,

@@ -214,9 +214,12 @@ async fn a_stopped_machine_is_exported_and_runs_again_on_imported_disks_under_a_
     // Import under a new UID, twice (the second overwrites the first); no machine yet.
     let new = "0c0ffee0-0000-4000-8000-0000000000d2";
     let target = imported(request(new, "PoweredOff", &image, true), old);
-    transfer.import(&target, &staged).await.expect("import");
     transfer
-        .import(&target, &staged)
+        .import(&target, &fresh(&staged))
+        .await
+        .expect("import");
+    transfer
+        .import(&target, &fresh(&staged))
         .await
         .expect("import again");
     let waiting = rig.state_dir.join(format!("{new}.imported"));
@@ -309,7 +312,7 @@ async fn missing_imports_are_terminal_and_never_copied_from_the_image() {
     let staging = tempfile::tempdir().expect("staging");
     let os_only = [staged_disk(staging.path(), "os")];
     let err = assert_error(
-        transfer.import(&target, &os_only).await,
+        transfer.import(&target, &fresh(&os_only)).await,
         "DiskNotStaged",
         false,
     );
@@ -319,7 +322,7 @@ async fn missing_imports_are_terminal_and_never_copied_from_the_image() {
     // Only the OS disk imported, the spec asks for `data` too: no empty disk stands in.
     let without_data = imported(request(uid, "PoweredOff", &rig.image, false), "old-id");
     transfer
-        .import(&without_data, &os_only)
+        .import(&without_data, &fresh(&os_only))
         .await
         .expect("import");
     let err = assert_error(backend.ensure(&target).await, "ImportedDiskMissing", false);
@@ -343,12 +346,12 @@ async fn missing_imports_are_terminal_and_never_copied_from_the_image() {
 
     // An import for a machine that exists is refused.
     transfer
-        .import(&without_data, &os_only)
+        .import(&without_data, &fresh(&os_only))
         .await
         .expect("import");
     settle(&backend, &without_data, PowerState::PoweredOff).await;
     assert_error(
-        transfer.import(&without_data, &os_only).await,
+        transfer.import(&without_data, &fresh(&os_only)).await,
         "MachineExists",
         false,
     );
@@ -356,4 +359,25 @@ async fn missing_imports_are_terminal_and_never_copied_from_the_image() {
         backend.delete(&without_data.identity).await.unwrap(),
         Deletion::Gone
     );
+}
+
+/// Copies of `staged` in a staging directory of their own: an import may move the
+/// files it is given (the controller stages anew for every copy).
+fn fresh(staged: &[StagedDisk]) -> Vec<StagedDisk> {
+    let dir = tempfile::tempdir().unwrap().keep();
+    staged
+        .iter()
+        .map(|d| {
+            let path = dir.join(d.path.file_name().unwrap());
+            // Sparse, as a staged export is.
+            let copied = std::process::Command::new("cp")
+                .arg("--sparse=always")
+                .arg(&d.path)
+                .arg(&path)
+                .status()
+                .unwrap();
+            assert!(copied.success(), "cp {}", d.path.display());
+            StagedDisk { path, ..d.clone() }
+        })
+        .collect()
 }

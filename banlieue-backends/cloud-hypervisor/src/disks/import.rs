@@ -1,4 +1,5 @@
-//! Import: staged raw files copied into `<uid>.importing`, renamed to
+//! Import: staged raw files moved (or, across file systems, copied) into
+//! `<uid>.importing`, renamed to
 //! `<uid>.imported` once all are there; `prepare` then links them into the machine's
 //! directory instead of copying the image ([`check`], [`link`]).
 
@@ -95,7 +96,16 @@ pub async fn write(
     }
     for (disk, file) in plan {
         let to = importing.join(&file);
-        qemu_img::convert(&disk.path, DiskFormat::Raw, &to, DiskFormat::Raw).await?;
+        // The staged file is ours to take (see `DiskTransfer::import`): on the same
+        // file system it is moved, not copied again (a full pass over the disk).
+        match std::fs::rename(&disk.path, &to) {
+            Ok(()) => {}
+            // Across file systems (the staging volume is not the state directory's).
+            Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
+                qemu_img::convert(&disk.path, DiskFormat::Raw, &to, DiskFormat::Raw).await?;
+            }
+            Err(e) => return Err(io("moving the staged disk to", &to, e)),
+        }
         tracing::info!(disk = %disk.name, file = %to.display(), "imported disk");
     }
     let imported = dir.imported();
