@@ -27,6 +27,13 @@ bench: ## Scale benchmark (release operator, sim backend): N=100,1000,10000, or 
 	bin=$${CARGO_TARGET_DIR:-target}/release; sizes='$(N)'; \
 	KUBEBUILDER_ASSETS="$$assets" "$$bin/banlieue-bench" --operator "$$bin/banlieue" --sizes "$${sizes:-100,1000,10000}" $(BENCH_ARGS)
 
+.PHONY: bench-copy
+bench-copy: libvirt fake-cloud-hypervisor ## CopyDisk copy throughput (a 2 GiB disk, libvirt rig -> Cloud Hypervisor rig, release build) against `qemu-img convert` alone, as a ratio; BENCH_COPY_ARGS for more flags (--runs N). Report in docs/benchmarks/.
+	@hack/build-deps.sh; \
+	$(CARGO) build --locked --release -p banlieue-integration-tests --bin copy-bench --bin fake-ch-vmm; \
+	bin=$${CARGO_TARGET_DIR:-target}/release; \
+	"$$bin/copy-bench" --fake-vmm "$$bin/fake-ch-vmm" $(BENCH_COPY_ARGS)
+
 .PHONY: test
 test: testbin lint crds-check features-check manifests-check dockerfile-check docs-check publish-check semver-check ## The whole test suite (what CI runs).
 	hack/build-deps.sh
