@@ -661,3 +661,71 @@ async fn wait_gone(api: &Api<DynamicObject>) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_deleted_mid_copy_leaves_nothing_behind() {
+    let (Some(lv), Some(vc), Some(pve)) = (LibvirtRig::start(), Vcsim::start(), FakePve::start())
+    else {
+        return;
+    };
+    let rigs = Rigs {
+        lv,
+        ch: ChRig::new(FAKE_VMM, Guest::Exit),
+        vc,
+        pve,
+    };
+    let control_plane = banlieue_testenv::shared();
+    let ns = banlieue_testenv::namespace("copy-del").await;
+    let client = ns.client.clone();
+    let _operator = CrashableOperator::start(
+        control_plane.kube_config(),
+        &ns.name,
+        registry(),
+        Duration::from_secs(5),
+    );
+    for object in fixtures(&rigs, &ns.name) {
+        apply(&client, &ns.name, &object).await.unwrap();
+    }
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns.name);
+    apply(&client, &ns.name, &vm(&ns.name, VM, "host", "PoweredOff"))
+        .await
+        .unwrap();
+    until(&vms, VM, "Ready on libvirt", |v| {
+        ready_on(v, "host", PowerState::PoweredOff)
+    })
+    .await;
+    move_to(&vms, "ch").await;
+    until(&vms, VM, "the copy under way", |v| {
+        condition(v, "Migrating").is_some_and(|c| c.reason == "CopyingDisks")
+    })
+    .await;
+    vms.delete(VM, &Default::default()).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    while vms.get_opt(VM).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "the VM was not deleted");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Nothing of it on either backend: no volume, no domain, no CH directory or import.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let volumes: Vec<String> = rigs
+        .lv
+        .volumes()
+        .into_iter()
+        .filter(|v| v.starts_with("bnl-"))
+        .collect();
+    assert!(volumes.is_empty(), "libvirt volumes left: {volumes:?}");
+    assert!(
+        rigs.lv
+            .domains()
+            .iter()
+            .all(|(name, _, _)| !name.contains(VM))
+    );
+    let left: Vec<String> = std::fs::read_dir(&rigs.ch.state_dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "Cloud Hypervisor state left: {left:?}");
+}

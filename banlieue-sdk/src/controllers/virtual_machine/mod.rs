@@ -518,6 +518,8 @@ fn target_of(placement: &ScheduledPlacement) -> Target {
 async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     let namespace = vm.namespace().unwrap_or_default();
     let uid = vm.uid().unwrap_or_default();
+    // A disk copy in flight would import into a machine about to be deleted.
+    ctx.copies.cancel(&uid);
     let placed = ctx
         .placements
         .lock()

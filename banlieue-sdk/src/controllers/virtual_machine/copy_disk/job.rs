@@ -26,7 +26,14 @@ pub(crate) struct Input {
 /// The running and finished jobs, by VM UID.
 #[derive(Default)]
 pub(crate) struct Jobs {
-    jobs: Mutex<HashMap<String, Arc<State>>>,
+    jobs: Mutex<HashMap<String, Running>>,
+}
+
+/// A started job: its state, its task (to abort) and its staging directory.
+struct Running {
+    state: Arc<State>,
+    task: tokio::task::AbortHandle,
+    dir: PathBuf,
 }
 
 /// One job's progress and, once it ended, its outcome.
@@ -40,7 +47,7 @@ impl Jobs {
     /// Where the job of `vm` is.
     pub fn state(&self, vm: &str) -> Job {
         let jobs = self.jobs.lock().expect("copy jobs");
-        let Some(state) = jobs.get(vm) else {
+        let Some(Running { state, .. }) = jobs.get(vm) else {
             return Job::NotRunning;
         };
         match &*state.outcome.lock().expect("copy outcome") {
@@ -57,8 +64,10 @@ impl Jobs {
             return;
         }
         let state = Arc::new(State::default());
-        jobs.insert(vm.to_owned(), state.clone());
-        tokio::spawn(async move {
+        let dir = input.dir.clone();
+        let task_state = state.clone();
+        let task = tokio::spawn(async move {
+            let state = task_state;
             let outcome = run(&input, &state.progress).await;
             if let Err(e) = tokio::fs::remove_dir_all(&input.dir).await
                 && e.kind() != std::io::ErrorKind::NotFound
@@ -67,6 +76,32 @@ impl Jobs {
             }
             *state.outcome.lock().expect("copy outcome") = Some(outcome);
         });
+        jobs.insert(
+            vm.to_owned(),
+            Running {
+                state,
+                task: task.abort_handle(),
+                dir,
+            },
+        );
+    }
+
+    /// Stops the job of `vm`, if any, and removes its staging directory: the VM is
+    /// deleted, or its move was called off, while it copied (importing into a machine
+    /// being deleted would leave disks behind).
+    pub fn cancel(&self, vm: &str) {
+        let Some(running) = self.jobs.lock().expect("copy jobs").remove(vm) else {
+            return;
+        };
+        running.task.abort();
+        tokio::spawn(async move {
+            let _ = tokio::fs::remove_dir_all(&running.dir).await;
+        });
+    }
+
+    /// Whether a job of `vm` is known (running, or finished and not yet acted on).
+    pub fn has(&self, vm: &str) -> bool {
+        self.jobs.lock().expect("copy jobs").contains_key(vm)
     }
 
     /// Forgets a finished job once its outcome is acted on.

@@ -89,6 +89,11 @@ pub(crate) async fn advance(ctx: &Context, mv: Move<'_>) -> Result<Action, Error
         job: ctx.copies.state(&uid),
         generation,
     };
+    if !facts.target.is_some_and(|t| t.importing) && ctx.copies.has(&uid) {
+        // The importing target went (the placement was put back, or it was deleted):
+        // its copy is pointless now and would leave disks behind.
+        ctx.copies.cancel(&uid);
+    }
     let step = plan::next(&facts);
     let route = format!("{from} -> {to}");
     let shown = mv
