@@ -113,6 +113,49 @@ fn fixtures(r: &Rigs, ns: &str) -> Vec<Value> {
     ]
 }
 
+/// Every rig, a namespace with the Providers, class and image on it, and an operator.
+struct World {
+    rigs: Rigs,
+    ns: banlieue_testenv::TestNamespace,
+    client: kube::Client,
+    vms: Api<VirtualMachine>,
+    operator: CrashableOperator,
+}
+
+async fn world(prefix: &str) -> Option<World> {
+    let (Some(lv), Some(vc), Some(pve)) = (LibvirtRig::start(), Vcsim::start(), FakePve::start())
+    else {
+        return None;
+    };
+    let rigs = Rigs {
+        lv,
+        ch: ChRig::new(FAKE_VMM, Guest::Exit),
+        vc,
+        pve,
+    };
+    let ns = banlieue_testenv::namespace(prefix).await;
+    let client = ns.client.clone();
+    let operator = CrashableOperator::start(
+        banlieue_testenv::shared().kube_config(),
+        &ns.name,
+        registry(),
+        Duration::from_secs(5),
+    );
+    for object in fixtures(&rigs, &ns.name) {
+        apply(&client, &ns.name, &object)
+            .await
+            .unwrap_or_else(|e| panic!("apply {}: {e}", object["metadata"]["name"]));
+    }
+    let vms = Api::namespaced(client.clone(), &ns.name);
+    Some(World {
+        rigs,
+        ns,
+        client,
+        vms,
+        operator,
+    })
+}
+
 fn vm(ns: &str, name: &str, provider: &str, power: &str) -> Value {
     json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name},
            "spec": {"classRef": {"name": format!("{ns}-tiny")}, "imageRef": {"name": format!("{ns}-guest")},
@@ -286,31 +329,18 @@ async fn move_to(vms: &Api<VirtualMachine>, provider: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_keeps_its_bytes_around_libvirt_cloud_hypervisor_vsphere_and_back() {
-    let (Some(lv), Some(vc), Some(pve)) = (LibvirtRig::start(), Vcsim::start(), FakePve::start())
+    let Some(World {
+        rigs,
+        ns,
+        client,
+        vms,
+        operator,
+    }) = world("copy").await
     else {
         return;
     };
-    let rigs = Rigs {
-        lv,
-        ch: ChRig::new(FAKE_VMM, Guest::Exit),
-        vc,
-        pve,
-    };
     let control_plane = banlieue_testenv::shared();
-    let ns = banlieue_testenv::namespace("copy").await;
-    let client = ns.client.clone();
-    let mut operator = Some(CrashableOperator::start(
-        control_plane.kube_config(),
-        &ns.name,
-        registry(),
-        Duration::from_secs(5),
-    ));
-    for object in fixtures(&rigs, &ns.name) {
-        apply(&client, &ns.name, &object)
-            .await
-            .unwrap_or_else(|e| panic!("apply {}: {e}", object["metadata"]["name"]));
-    }
-    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns.name);
+    let mut operator = Some(operator);
 
     // On libvirt, powered off: write the pattern into its disk, keep a raw reference.
     apply(&client, &ns.name, &vm(&ns.name, VM, "host", "PoweredOff"))
@@ -498,29 +528,16 @@ fn vsphere_disk(vc: &Vcsim, vm: &Value) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_off_proxmox_is_refused_before_anything_is_touched() {
-    let (Some(lv), Some(vc), Some(pve)) = (LibvirtRig::start(), Vcsim::start(), FakePve::start())
+    let Some(World {
+        rigs,
+        ns,
+        client,
+        vms,
+        operator: _operator,
+    }) = world("copy-px").await
     else {
         return;
     };
-    let rigs = Rigs {
-        lv,
-        ch: ChRig::new(FAKE_VMM, Guest::Exit),
-        vc,
-        pve,
-    };
-    let control_plane = banlieue_testenv::shared();
-    let ns = banlieue_testenv::namespace("copy-px").await;
-    let client = ns.client.clone();
-    let _operator = CrashableOperator::start(
-        control_plane.kube_config(),
-        &ns.name,
-        registry(),
-        Duration::from_secs(5),
-    );
-    for object in fixtures(&rigs, &ns.name) {
-        apply(&client, &ns.name, &object).await.unwrap();
-    }
-    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns.name);
     apply(&client, &ns.name, &vm(&ns.name, VM, "pve", "PoweredOn"))
         .await
         .unwrap();
@@ -566,29 +583,16 @@ async fn a_copy_off_proxmox_is_refused_before_anything_is_touched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_import_removes_the_target_and_powers_the_source_back_on() {
-    let (Some(lv), Some(vc), Some(pve)) = (LibvirtRig::start(), Vcsim::start(), FakePve::start())
+    let Some(World {
+        rigs,
+        ns,
+        client,
+        vms,
+        operator: _operator,
+    }) = world("copy-fail").await
     else {
         return;
     };
-    let rigs = Rigs {
-        lv,
-        ch: ChRig::new(FAKE_VMM, Guest::Exit),
-        vc,
-        pve,
-    };
-    let control_plane = banlieue_testenv::shared();
-    let ns = banlieue_testenv::namespace("copy-fail").await;
-    let client = ns.client.clone();
-    let _operator = CrashableOperator::start(
-        control_plane.kube_config(),
-        &ns.name,
-        registry(),
-        Duration::from_secs(5),
-    );
-    for object in fixtures(&rigs, &ns.name) {
-        apply(&client, &ns.name, &object).await.unwrap();
-    }
-    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns.name);
     apply(&client, &ns.name, &vm(&ns.name, VM, "ch", "PoweredOn"))
         .await
         .unwrap();
@@ -664,29 +668,16 @@ async fn wait_gone(api: &Api<DynamicObject>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_deleted_mid_copy_leaves_nothing_behind() {
-    let (Some(lv), Some(vc), Some(pve)) = (LibvirtRig::start(), Vcsim::start(), FakePve::start())
+    let Some(World {
+        rigs,
+        ns,
+        client,
+        vms,
+        operator: _operator,
+    }) = world("copy-del").await
     else {
         return;
     };
-    let rigs = Rigs {
-        lv,
-        ch: ChRig::new(FAKE_VMM, Guest::Exit),
-        vc,
-        pve,
-    };
-    let control_plane = banlieue_testenv::shared();
-    let ns = banlieue_testenv::namespace("copy-del").await;
-    let client = ns.client.clone();
-    let _operator = CrashableOperator::start(
-        control_plane.kube_config(),
-        &ns.name,
-        registry(),
-        Duration::from_secs(5),
-    );
-    for object in fixtures(&rigs, &ns.name) {
-        apply(&client, &ns.name, &object).await.unwrap();
-    }
-    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns.name);
     apply(&client, &ns.name, &vm(&ns.name, VM, "host", "PoweredOff"))
         .await
         .unwrap();
