@@ -36,6 +36,19 @@ echo "publish-check: ${crates[*]}"
 args=()
 for crate in "${crates[@]}"; do args+=(-p "$crate"); done
 target=${CARGO_TARGET_DIR:-target}/publish-check
+# Cargo takes a registry package as immutable for its version: the crates verified
+# against each other are all 0.1.0, and cargo keeps what it extracted from the local
+# registry it packages them into (under $CARGO_HOME/registry/src/-<hash>/) and what it
+# built from it. A second run would build a backend against the SDK of the first (and
+# fail on anything added since): our own crates' copies and artifacts go first; the
+# dependencies' (kube, k8s-openapi) stay warm.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+for crate in "${crates[@]}"; do
+  rm -rf "$cargo_home"/registry/src/-*/"$crate"-[0-9]* "$cargo_home"/registry/cache/-*/"$crate"-[0-9]*
+done
+if [[ -d "$target/debug" ]]; then
+  find "$target/debug" -maxdepth 2 \( -name 'banlieue*' -o -name 'libbanlieue*' \) -exec rm -rf {} +
+fi
 # --allow-dirty: this checks the packages, not whether the work tree is committed.
 K8S_OPENAPI_ENABLED_VERSION=1.33 CARGO_TARGET_DIR="$target" CARGO_PROFILE_DEV_DEBUG=0 \
   "$CARGO" publish --dry-run --locked --allow-dirty "${args[@]}"
