@@ -21,6 +21,25 @@ use serde_json::Value;
 /// The field manager these tests apply with.
 pub const FIELD_MANAGER: &str = "banlieue-tests";
 
+/// Whether `qemu-img` and `qemu-io` (Debian's qemu-utils) run here, for the suites
+/// that judge real disk files. Missing under CI or `make`
+/// ([`banlieue_testenv::rigs_required`]) panics; elsewhere the test skips, saying so.
+pub fn qemu_utils() -> bool {
+    for tool in ["qemu-img", "qemu-io"] {
+        match std::process::Command::new(tool).arg("--version").output() {
+            Ok(o) if o.status.success() => {}
+            other if banlieue_testenv::rigs_required() => {
+                panic!("{tool} (apt install qemu-utils) is required under CI and make: {other:?}")
+            }
+            other => {
+                eprintln!("SKIPPED: {tool} unavailable: {other:?}");
+                return false;
+            }
+        }
+    }
+    true
+}
+
 /// The repository's `examples/manifests` directory.
 pub fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/manifests")

@@ -97,24 +97,6 @@ async fn settle(backend: &dyn Backend, req: &MachineRequest) -> MachineObservati
     panic!("machine did not settle")
 }
 
-/// True when qemu-img and qemu-io can run; a missing one skips the test outside CI
-/// and `make` (`banlieue_testenv::rigs_required`), and fails it there.
-fn qemu_tools() -> bool {
-    for tool in ["qemu-img", "qemu-io"] {
-        match Command::new(tool).arg("--version").output() {
-            Ok(o) if o.status.success() => {}
-            other if banlieue_testenv::rigs_required() => {
-                panic!("{tool} (apt install qemu-utils) is required under CI and make: {other:?}")
-            }
-            other => {
-                eprintln!("SKIPPED: {tool} unavailable: {other:?}");
-                return false;
-            }
-        }
-    }
-    true
-}
-
 fn run(command: &mut Command) -> String {
     let out = command
         .output()
@@ -197,7 +179,7 @@ fn expect_error(result: Result<impl std::fmt::Debug, BackendError>, reason: &str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_is_created_on_imported_disks_and_exported_back_byte_for_byte() {
-    if !qemu_tools() {
+    if !banlieue_integration_tests::qemu_utils() {
         return;
     }
     let Some(sim) = Vcsim::start() else { return };
@@ -318,7 +300,7 @@ async fn a_machine_is_created_on_imported_disks_and_exported_back_byte_for_byte(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imported_disks_that_are_not_there_are_terminal_and_nothing_is_created() {
-    if !qemu_tools() {
+    if !banlieue_integration_tests::qemu_utils() {
         return;
     }
     let Some(sim) = Vcsim::start() else { return };
@@ -387,7 +369,7 @@ async fn imported_disks_that_are_not_there_are_terminal_and_nothing_is_created()
 /// which is what the guest would read too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cloned_machines_disk_exports_as_vcsim_holds_it() {
-    if !qemu_tools() {
+    if !banlieue_integration_tests::qemu_utils() {
         return;
     }
     let Some(sim) = Vcsim::start() else { return };

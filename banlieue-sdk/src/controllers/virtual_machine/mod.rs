@@ -203,27 +203,11 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                     format!("VMImage {:?} not found", vm.spec.image_ref.name),
                 )
             };
-            let outcome = Outcome {
-                scheduling: Scheduling::Unschedulable {
-                    reason,
-                    message: &message,
-                },
-                migration: None,
-                waiting: None,
-            };
-            write_status(vm, ctx, &outcome, existing.first()).await?;
-            return Ok(Action::requeue(ctx.backoff(&key_of(vm))));
+            return unschedulable(vm, ctx, reason, &message, existing.first()).await;
         }
     };
 
-    let providers: Vec<Provider> = ctx
-        .stores
-        .providers
-        .state()
-        .iter()
-        .filter(|p| p.namespace().as_deref() == Some(namespace.as_str()))
-        .map(|p| p.as_ref().clone())
-        .collect();
+    let providers = providers_in(ctx, &namespace);
     let recorded = existing
         .iter()
         .find(|e| !e.deleting)
@@ -242,16 +226,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             if let Some(again) = settling(vm) {
                 return Ok(Action::requeue(again));
             }
-            let outcome = Outcome {
-                scheduling: Scheduling::Unschedulable {
-                    reason,
-                    message: &message,
-                },
-                migration: None,
-                waiting: None,
-            };
-            write_status(vm, ctx, &outcome, existing.first()).await?;
-            return Ok(Action::requeue(ctx.backoff(&key_of(vm))));
+            return unschedulable(vm, ctx, reason, &message, existing.first()).await;
         }
     };
     let placement = target.to_status(None);
@@ -403,6 +378,34 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         // A short requeue here re-applied machines the cache did not show yet.
         Ok(Action::requeue(WAITING_RECHECK))
     }
+}
+
+/// The Providers of `namespace`, as the cache holds them.
+pub(crate) fn providers_in(ctx: &Context, namespace: &str) -> Vec<Provider> {
+    ctx.stores
+        .providers
+        .state()
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(namespace))
+        .map(|p| p.as_ref().clone())
+        .collect()
+}
+
+/// Reports that `vm` cannot be placed (`Scheduled=False`, `reason`) and backs off.
+async fn unschedulable(
+    vm: &VirtualMachine,
+    ctx: &Context,
+    reason: &str,
+    message: &str,
+    infra: Option<&Existing>,
+) -> Result<Action, Error> {
+    let outcome = Outcome {
+        scheduling: Scheduling::Unschedulable { reason, message },
+        migration: None,
+        waiting: None,
+    };
+    write_status(vm, ctx, &outcome, infra).await?;
+    Ok(Action::requeue(ctx.backoff(&key_of(vm))))
 }
 
 /// How long a VM may be too young to report that it cannot be placed.

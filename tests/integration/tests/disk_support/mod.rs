@@ -16,22 +16,7 @@ pub const PATTERNS: [(u8, &str, &str); 3] = [
     (0xef, "1023M", "64k"),
 ];
 
-/// Whether `qemu-img` is here. Missing under CI or `make`
-/// (`banlieue_testenv::rigs_required`) panics; elsewhere the test skips.
-pub fn qemu_utils() -> bool {
-    let found = Command::new("qemu-img")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            !banlieue_testenv::rigs_required(),
-            "qemu-img and qemu-io (apt install qemu-utils) are required under CI and make"
-        );
-        eprintln!("SKIPPED: qemu-img unavailable");
-    }
-    found
-}
+pub use banlieue_integration_tests::qemu_utils;
 
 /// Runs a program, panicking with its stderr unless it succeeds; returns its stdout.
 pub fn run(program: &str, args: &[&str]) -> String {

@@ -315,15 +315,7 @@ fn source_placement(
     namespace: &str,
     source: Option<&Existing>,
 ) -> Option<ScheduledPlacement> {
-    let providers: Vec<Provider> = ctx
-        .stores
-        .providers
-        .state()
-        .iter()
-        .filter(|p| p.namespace().as_deref() == Some(namespace))
-        .map(|p| p.as_ref().clone())
-        .collect();
-    source?.placement(&providers)
+    source?.placement(&super::providers_in(ctx, namespace))
 }
 
 fn source_provider(ctx: &Context, namespace: &str, source: &Existing) -> Option<Provider> {
