@@ -40,6 +40,7 @@ pub mod contract;
 pub mod controllers;
 pub mod crds;
 pub mod scheduling;
+pub mod scrub;
 pub mod status;
 
 pub use async_trait::async_trait;

@@ -321,7 +321,10 @@ fn chain(w: &World, unreachable: (String, String)) -> Stage {
         Some(&down),
         &provider.spec,
         Some(2),
-        Ok(&w.inventory),
+        Ok((
+            &w.inventory,
+            &banlieue_sdk::backend::BackendCapabilities::conservative(),
+        )),
         &now(),
     );
     provider.status = Some(up);

@@ -510,6 +510,11 @@ impl ChBackend {
 
 #[async_trait]
 impl Backend for ChBackend {
+    /// [`crate::capabilities`]: what this backend does for real.
+    fn capabilities(&self) -> banlieue_sdk::backend::BackendCapabilities {
+        crate::capabilities()
+    }
+
     async fn check(&self) -> Result<Inventory, BackendError> {
         let root = &self.settings.state_dir;
         std::fs::create_dir_all(root).map_err(|e| host_error("creating", root, e))?;

@@ -119,11 +119,30 @@ pub mod state;
 pub mod supervisor;
 
 use banlieue_sdk::api::common::ProviderClass;
+use banlieue_sdk::backend::{BackendCapabilities, DiskTransferFormat, ImageSourceKind};
 
 pub use backend::{ChBackend, ChFactory, inspect};
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::CloudHypervisor;
+
+/// What the Cloud Hypervisor backend does for real (published in the Provider's
+/// `status.backendCapabilities`; the book's capability matrix is generated from it):
+/// it boots what the image names (a kernel directly, or a firmware such as
+/// `CLOUDHV.fd`), so a class's `bios` or `efi` changes nothing and both are accepted,
+/// but Secure Boot is not available; cloud-config on a NoCloud seed (no Ignition);
+/// powered on, off and suspended (paused, tested); disks exported and imported raw.
+pub fn capabilities() -> BackendCapabilities {
+    use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
+    BackendCapabilities {
+        firmware: vec![F::Bios, F::Efi],
+        bootstrap_formats: vec![B::CloudConfig],
+        power_states: vec![P::PoweredOn, P::PoweredOff, P::Suspended],
+        image_sources: vec![ImageSourceKind::Kernel, ImageSourceKind::Firmware],
+        disk_export: vec![DiskTransferFormat::Raw],
+        disk_import: vec![DiskTransferFormat::Raw],
+    }
+}
 
 #[cfg(test)]
 mod tests {

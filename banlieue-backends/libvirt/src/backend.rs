@@ -32,6 +32,11 @@ impl LibvirtBackend {
 
 #[async_trait]
 impl Backend for LibvirtBackend {
+    /// [`crate::capabilities`]: what this backend does for real.
+    fn capabilities(&self) -> banlieue_sdk::backend::BackendCapabilities {
+        crate::capabilities()
+    }
+
     async fn check(&self) -> Result<Inventory, BackendError> {
         blocking(&self.client, inventory::check).await
     }

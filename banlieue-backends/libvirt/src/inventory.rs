@@ -100,9 +100,9 @@ pub fn find_image(client: &Client, sources: &ImageSourceSet) -> Result<ImageLook
         },
         None => ImageLookup::Missing {
             message: match (&source.volume, &source.path) {
-                (Some(v), _) => format!("no volume {:?} in storage pool {:?}", v.name, v.pool),
+                (Some(v), _) => format!("no volume {} in storage pool {}", v.name, v.pool),
                 (None, Some(p)) => {
-                    format!("{p:?} is not a volume of any storage pool on this host")
+                    format!("{p} is not a volume of any storage pool on this host")
                 }
                 _ => "sources.libvirt names neither a volume nor a path".into(),
             },

@@ -35,7 +35,9 @@
 //!    seed `bnl-<uid>-seed.img` ([`seed`]: a vfat volume labelled `cidata`, written in
 //!    Rust and uploaded over a libvirt stream), then defines the domain;
 //! 2. reconciles power: start, resume, ACPI shutdown (destroy after
-//!    `shutdownTimeout`), suspend; each returns `Pending` instead of waiting;
+//!    `shutdownTimeout`), suspend (not declared in [`capabilities`] until a test
+//!    exercises it, so the operator refuses `Suspended` before asking); each returns
+//!    `Pending` instead of waiting;
 //! 3. observes: power state, addresses from the DHCP leases of libvirt networks (else
 //!    the guest agent), and the machine's name as `Hostname`.
 //!
@@ -82,11 +84,31 @@ pub mod volumes;
 pub mod xml;
 
 use banlieue_sdk::api::common::ProviderClass;
+use banlieue_sdk::backend::{BackendCapabilities, DiskTransferFormat, ImageSourceKind};
 
 pub use backend::{LibvirtBackend, LibvirtFactory};
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::Libvirt;
+
+/// What the libvirt backend does for real (published in the Provider's
+/// `status.backendCapabilities`; the book's capability matrix is generated from it):
+/// BIOS, EFI, and EFI with Secure Boot (`<loader secure='yes'/>` on q35 with SMM: libvirt
+/// picks an OVMF Secure Boot firmware from the host's descriptors); cloud-config on a
+/// NoCloud seed (no Ignition); powered on or off (suspend is not exercised by a test,
+/// so it is refused); images from pool volumes or host paths; disks exported and
+/// imported as qcow2.
+pub fn capabilities() -> BackendCapabilities {
+    use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
+    BackendCapabilities {
+        firmware: vec![F::Bios, F::Efi, F::EfiSecure],
+        bootstrap_formats: vec![B::CloudConfig],
+        power_states: vec![P::PoweredOn, P::PoweredOff],
+        image_sources: vec![ImageSourceKind::Volume, ImageSourceKind::Path],
+        disk_export: vec![DiskTransferFormat::Qcow2],
+        disk_import: vec![DiskTransferFormat::Qcow2],
+    }
+}
 
 #[cfg(test)]
 mod tests {

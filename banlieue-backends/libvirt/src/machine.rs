@@ -53,7 +53,7 @@ pub(crate) fn check_uid(uid: &str) -> Result<(), BackendError> {
         Err(BackendError::terminal(
             "InvalidUID",
             format!(
-                "the machine's UID {uid:?} is not a UUID, which libvirt needs as the domain UUID"
+                "the machine's UID {uid} is not a UUID, which libvirt needs as the domain UUID"
             ),
         ))
     }
@@ -101,7 +101,7 @@ pub fn ensure(
         (Some(dom), _) => power(client, &conn, &dom, id, spec),
         (None, Some(provider_id)) => Err(BackendError::machine_missing(
             provider_id,
-            format!("libvirt host {:?}", conn.hostname().unwrap_or_default()),
+            format!("libvirt host {}", conn.hostname().unwrap_or_default()),
         )),
         (None, None) => create(client, &conn, request, spec),
     }
@@ -121,7 +121,7 @@ fn create(
         if other_uuid != id.uid {
             return Err(BackendError::terminal(
                 "DomainNameTaken",
-                format!("a domain named {name:?} already exists with UUID {other_uuid}"),
+                format!("a domain named {name} already exists with UUID {other_uuid}"),
             ));
         }
     }
@@ -151,7 +151,7 @@ fn create(
     };
     let dom = conn
         .define_domain_xml(&domain_xml(&plan))
-        .map_err(|e| classify(&format!("defining domain {name:?}"), &e))?;
+        .map_err(|e| classify(&format!("defining domain {name}"), &e))?;
     tracing::info!(domain = %name, uid = %id.uid, "defined libvirt domain");
     power(client, conn, &dom, id, spec)
 }
@@ -167,7 +167,14 @@ fn from_image(
     let image = volumes::image(conn, &spec.image)?.ok_or_else(|| {
         BackendError::terminal(
             "ImageNotFound",
-            format!("the image {:?} is not on this host", spec.image),
+            format!(
+                "the image {} is not on this host",
+                match (&spec.image.volume, &spec.image.path) {
+                    (Some(v), _) => format!("volume {} in storage pool {}", v.name, v.pool),
+                    (None, Some(path)) => path.clone(),
+                    (None, None) => "(neither a volume nor a path)".to_owned(),
+                }
+            ),
         )
     })?;
     let os_disk = VolumeRef {

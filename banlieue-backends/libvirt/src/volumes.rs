@@ -18,11 +18,11 @@ const GIB: u64 = 1024 * 1024 * 1024;
 pub fn pool(conn: &Connect, name: &str) -> Result<StoragePool, BackendError> {
     let pool = conn
         .lookup_storage_pool_by_name(name)
-        .map_err(|e| classify(&format!("looking up storage pool {name:?}"), &e))?;
+        .map_err(|e| classify(&format!("looking up storage pool {name}"), &e))?;
     if !pool.is_active().unwrap_or(false) {
         return Err(BackendError::transient(
             "StoragePoolInactive",
-            format!("storage pool {name:?} is not active"),
+            format!("storage pool {name} is not active"),
         ));
     }
     Ok(pool)
@@ -87,7 +87,7 @@ pub fn lookup(pool: &StoragePool, name: &str) -> Result<Option<StorageVol>, Back
     match pool.lookup_storage_vol_by_name(name) {
         Ok(v) => Ok(Some(v)),
         Err(e) if is_not_found(&e) => Ok(None),
-        Err(e) => Err(classify(&format!("looking up volume {name:?}"), &e)),
+        Err(e) => Err(classify(&format!("looking up volume {name}"), &e)),
     }
 }
 
@@ -96,7 +96,7 @@ fn create(pool: &StoragePool, name: &str, xml: &str) -> Result<StorageVol, Backe
         return Ok(v);
     }
     StorageVol::create_xml(pool, xml, 0)
-        .map_err(|e| classify(&format!("creating volume {name:?}"), &e))
+        .map_err(|e| classify(&format!("creating volume {name}"), &e))
 }
 
 /// The volume XML of a qcow2 overlay on `image`, at least `gib` GiB.
@@ -151,7 +151,7 @@ pub fn recreate_qcow2(
         match old.delete(0) {
             Ok(()) => {}
             Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(classify(&format!("deleting volume {name:?}"), &e)),
+            Err(e) => return Err(classify(&format!("deleting volume {name}"), &e)),
         }
     }
     let xml = format!(
@@ -159,7 +159,7 @@ pub fn recreate_qcow2(
         escape(name)
     );
     StorageVol::create_xml(pool, &xml, 0)
-        .map_err(|e| classify(&format!("creating volume {name:?}"), &e))
+        .map_err(|e| classify(&format!("creating volume {name}"), &e))
 }
 
 /// The seed volume, (re)written with `bytes`.
@@ -178,7 +178,7 @@ pub fn ensure_seed(
     transfer::upload(
         conn,
         &vol,
-        &format!("the seed {name:?}"),
+        &format!("the seed {name}"),
         bytes,
         bytes.len() as u64,
     )
@@ -195,7 +195,7 @@ pub fn delete(conn: &Connect, pool: &str, name: &str) -> Result<(), BackendError
         Some(v) => match v.delete(0) {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(classify(&format!("deleting volume {name:?}"), &e)),
+            Err(e) => Err(classify(&format!("deleting volume {name}"), &e)),
         },
         None => Ok(()),
     }
@@ -214,7 +214,7 @@ pub fn with_prefix(conn: &Connect, prefix: &str) -> Result<Vec<(String, String)>
         let _ = pool.refresh(0);
         let names = pool
             .list_volumes()
-            .map_err(|e| classify(&format!("listing volumes of {pool_name:?}"), &e))?;
+            .map_err(|e| classify(&format!("listing volumes of {pool_name}"), &e))?;
         out.extend(
             names
                 .into_iter()

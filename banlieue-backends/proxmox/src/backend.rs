@@ -436,7 +436,12 @@ impl ProxmoxBackend {
             let Some(vmid) = picker.next(suggested) else {
                 return Err(BackendError::terminal(
                     "VMIDRangeExhausted",
-                    format!("every VMID of vmIDRange {:?} is in use", spec.vm_id_range),
+                    match &spec.vm_id_range {
+                        Some(r) => {
+                            format!("every VMID of vmIDRange {}-{} is in use", r.start, r.end)
+                        }
+                        None => "every VMID is in use".to_owned(),
+                    },
                 ));
             };
             let form = base.clone().set("newid", vmid);
@@ -714,6 +719,11 @@ fn power_of(status: &Value) -> PowerState {
 
 #[async_trait]
 impl Backend for ProxmoxBackend {
+    /// [`crate::capabilities`]: what this backend does for real.
+    fn capabilities(&self) -> banlieue_sdk::backend::BackendCapabilities {
+        crate::capabilities()
+    }
+
     async fn check(&self) -> Result<Inventory, BackendError> {
         inventory::read(
             &self.client,

@@ -213,6 +213,9 @@ pub fn machine_config(
         Some(Firmware::Efi | Firmware::EfiSecure) => form.push("bios", "ovmf"),
         None => {}
     }
+    if let Some(efidisk) = secure_boot_efidisk(spec, current) {
+        form.push("efidisk0", efidisk);
+    }
     if let Some(smbios) = smbios1(text("smbios1"), &identity.uid) {
         form.push("smbios1", smbios);
     }
@@ -284,6 +287,24 @@ pub fn machine_config(
     }
     push_new_disks(spec, current, &mut form);
     form
+}
+
+/// Secure Boot on OVMF: an EFI vars disk with the distribution and Microsoft keys
+/// enrolled (`efidisk0: <storage>:1,efitype=4m,pre-enrolled-keys=1`, allocated by PVE
+/// on the spec's storage, else the boot disk's), for `efi-secure` when the VM has no
+/// `efidisk0` yet. One it has is kept (it holds the guest's EFI variables).
+pub fn secure_boot_efidisk(spec: &ProxmoxMachineSpec, current: &Value) -> Option<String> {
+    if spec.firmware != Some(Firmware::EfiSecure) || current.get("efidisk0").is_some() {
+        return None;
+    }
+    let storage = spec.storage.clone().or_else(|| {
+        current
+            .get("scsi0")
+            .and_then(Value::as_str)
+            .and_then(|d| d.split(':').next())
+            .map(str::to_string)
+    })?;
+    Some(format!("{storage}:1,efitype=4m,pre-enrolled-keys=1"))
 }
 
 /// Adds `scsi<i+1>: <storage>:<GiB>` for each additional disk the VM lacks (PVE
@@ -555,6 +576,24 @@ mod tests {
         assert_eq!(parse_size("512M"), Some(512 << 20));
         assert_eq!(parse_size("1.5G"), Some(3 << 29));
         assert_eq!(parse_size("1024"), Some(1024));
+    }
+
+    #[test]
+    fn secure_boot_adds_an_enrolled_efidisk_once() {
+        let current = golden_config();
+        let secure = spec(json!({"firmware": "efi-secure"}));
+        let form = machine_config(&secure, &identity(), None, None, &current);
+        assert_eq!(form.get("bios"), Some("ovmf"));
+        let efidisk = form.get("efidisk0").expect("an efidisk0").to_string();
+        assert!(
+            efidisk.ends_with(":1,efitype=4m,pre-enrolled-keys=1"),
+            "{efidisk}"
+        );
+        let mut has = current.clone();
+        has["efidisk0"] = json!("local-lvm:vm-101-disk-9,efitype=4m,size=528K");
+        assert_eq!(secure_boot_efidisk(&secure, &has), None, "kept once there");
+        let plain = spec(json!({"firmware": "efi"}));
+        assert_eq!(secure_boot_efidisk(&plain, &current), None);
     }
 
     #[test]

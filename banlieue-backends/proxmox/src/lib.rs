@@ -34,7 +34,8 @@
 //!    comes from `vmIDRange` or `/cluster/nextid`; a clone that finds its VMID taken
 //!    retries with the next (see [`vmid`]).
 //! 2. **Configure** once (`PUT …/config`): sockets, cores, memory, `agent: 1`,
-//!    firmware, `smbios1: uuid=<uid>` (so `providerID` = `proxmox://<uid>` is stable),
+//!    firmware (`efi-secure`: OVMF plus `efidisk0: <storage>:1,efitype=4m,pre-enrolled-keys=1`
+//!    when the VM has no EFI vars disk yet), `smbios1: uuid=<uid>` (so `providerID` = `proxmox://<uid>` is stable),
 //!    `netN` (bridge, VLAN `tag`, model, MTU, MAC: the spec's, the clone's, else one
 //!    derived from the UID in `BC:24:11`), `ipconfigN` / `nameserver` from IPAM,
 //!    additional disks, and the tags `banlieue;banlieue-<uid>`. The UID tag marks the
@@ -52,7 +53,8 @@
 //!    (`ide2: <storage>:iso/banlieue-<uid>-seed.iso,media=cdrom`) in the slot of the
 //!    template's cloud-init drive, which it replaces (else the first free IDE/SATA
 //!    slot). Without bootstrap data the template's cloud-init drive stays, and PVE
-//!    writes `ipconfigN` / `nameserver` to it. Ignition is refused (terminal `UnsupportedBootstrapFormat`).
+//!    writes `ipconfigN` / `nameserver` to it. Ignition is not declared in [`capabilities`]: a VM asking
+//!    for it is never scheduled here (and a request carrying it is a terminal `UnsupportedBootstrapFormat`).
 //!    Bootstrap data never appears in logs, errors or `Debug` output. The token or
 //!    user needs `Datastore.AllocateTemplate` on that storage (PVE's upload check)
 //!    and `Datastore.Allocate` there to delete the seed.
@@ -64,7 +66,8 @@
 //!    `RestartPending`) instead of claiming its spec; banlieue never restarts a VM on
 //!    its own. A power cycle (`PoweredOff`, then `PoweredOn`) applies it.
 //! 4. **Power**: `status/start`, `status/shutdown` (with `shutdownTimeout` and
-//!    `forceStop`), `status/suspend`, `status/resume`.
+//!    `forceStop`), `status/resume` (`status/suspend` is there, but `Suspended` is
+//!    not declared in [`capabilities`] until a test exercises it: refused before asking).
 //! 5. **Observe**: power from `status/current`; addresses from the guest agent
 //!    (`agent/network-get-interfaces`, loopback and link-local left out) plus the
 //!    VM name as `Hostname`.
@@ -130,11 +133,30 @@ pub mod tasks;
 pub mod vmid;
 
 use banlieue_sdk::api::common::ProviderClass;
+use banlieue_sdk::backend::{BackendCapabilities, ImageSourceKind};
 
 pub use backend::{IMAGE_SOURCE_UNSUPPORTED, ProxmoxBackend, ProxmoxFactory, RESTART_PENDING};
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::Proxmox;
+
+/// What the Proxmox VE backend does for real (published in the Provider's
+/// `status.backendCapabilities`; the book's capability matrix is generated from it):
+/// SeaBIOS, OVMF, and OVMF with Secure Boot (an `efidisk0` with Microsoft's keys
+/// pre-enrolled); cloud-config on a NoCloud seed (no Ignition); powered on or off
+/// (suspend is not exercised by a test, so it is refused); images from template VMIDs
+/// (volume imports are not supported yet); no disk transfer.
+pub fn capabilities() -> BackendCapabilities {
+    use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
+    BackendCapabilities {
+        firmware: vec![F::Bios, F::Efi, F::EfiSecure],
+        bootstrap_formats: vec![B::CloudConfig],
+        power_states: vec![P::PoweredOn, P::PoweredOff],
+        image_sources: vec![ImageSourceKind::TemplateId],
+        disk_export: vec![],
+        disk_import: vec![],
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -159,6 +159,11 @@ fn invalid_identity(identity: &MachineIdentity) -> Option<BackendError> {
 
 #[async_trait]
 impl Backend for SimBackend {
+    /// [`crate::capabilities`]: what this backend does for real.
+    fn capabilities(&self) -> banlieue_sdk::backend::BackendCapabilities {
+        crate::capabilities()
+    }
+
     async fn check(&self) -> Result<Inventory, BackendError> {
         self.inject(Call::Check, None)?;
         Ok(Inventory {
@@ -221,7 +226,7 @@ impl Backend for SimBackend {
                 return Err(BackendError::terminal(
                     "UnknownFailureDomain",
                     format!(
-                        "failure domain {name:?} does not exist on {}; it has {}",
+                        "failure domain {name} does not exist on {}; it has {}",
                         self.endpoint(),
                         self.domain_names()
                     ),

@@ -192,6 +192,7 @@ mod stats;
 mod world;
 
 use banlieue_sdk::api::common::ProviderClass;
+use banlieue_sdk::backend::{BackendCapabilities, ImageSourceKind};
 
 pub use backend::{SLOW_FACTOR, SimBackend};
 pub use factory::SimFactory;
@@ -205,6 +206,22 @@ pub use stats::{SimCall, SimStats};
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::Sim;
+
+/// What the simulator does (published in the Provider's
+/// `status.backendCapabilities`; the book's capability matrix is generated from it):
+/// everything, instantly; narrow it with the Provider's `capabilities.*` settings to
+/// play a backend that cannot.
+pub fn capabilities() -> BackendCapabilities {
+    use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
+    BackendCapabilities {
+        firmware: vec![F::Bios, F::Efi, F::EfiSecure],
+        bootstrap_formats: vec![B::CloudConfig, B::Ignition],
+        power_states: vec![P::PoweredOn, P::PoweredOff, P::Suspended],
+        image_sources: vec![ImageSourceKind::Name],
+        disk_export: vec![],
+        disk_import: vec![],
+    }
+}
 
 #[cfg(test)]
 mod tests {

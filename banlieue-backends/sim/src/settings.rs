@@ -42,7 +42,7 @@ pub const MAX_FAILURE_DOMAINS: usize = 100;
 
 /// The keys accepted in `Provider.spec.settings`, for error messages.
 const KNOWN_KEYS: &str = "latency, failureRate, failureKinds, failureCalls, recordCalls, seed, capacity, failureDomains, \
-     features, features.<domain>, resources.<key>, resources.<key>.<domain>, version, machineKind";
+     features, features.<domain>, resources.<key>, resources.<key>.<domain>, version, machineKind, capabilities.<name>";
 
 /// What an injected fault does to the call it hits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -192,6 +192,8 @@ impl SimSettings {
                 // Read below, once the failure domains are known.
                 "failureDomains" | "features" => Ok(()),
                 k if k.starts_with("features.") || k.starts_with("resources.") => Ok(()),
+                // Read by the operator: narrows what the Provider publishes it can do.
+                k if k.starts_with("capabilities.") => Ok(()),
                 _ => Err(format!("unknown key; the simulator accepts {KNOWN_KEYS}")),
             };
             if let Err(e) = result {

@@ -211,7 +211,7 @@ pub fn disk_adds(
             BackendError::terminal(
                 "TooManyDisks",
                 format!(
-                    "no free unit on SCSI controller {controller} for disk {:?}",
+                    "no free unit on SCSI controller {controller} for disk {}",
                     disk.name
                 ),
             )

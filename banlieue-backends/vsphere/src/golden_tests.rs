@@ -64,6 +64,8 @@ fn clone_spec(snapshot: bool) -> CloneSpec {
             extra_config: guestinfo::clone_keys(&identity(), "DC0/DC0_C1"),
             device_change: Vec::new(),
             firmware: Some("efi".into()),
+            // efi-secure: the WSDL puts bootOptions between extraConfig and firmware.
+            efi_secure_boot: Some(true),
             ..Default::default()
         }),
         power_on: false,
@@ -144,6 +146,7 @@ fn create_vm() -> String {
             .unwrap(),
             extra_config: guestinfo::clone_keys(&identity(), "DC0/DC0_C1"),
             firmware: Some("bios".into()),
+            efi_secure_boot: None,
         },
         &MoRef::new("ResourcePool", "resgroup-27"),
     )

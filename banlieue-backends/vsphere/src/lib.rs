@@ -27,7 +27,9 @@
 //!    failure domain's datacenter and compute cluster (its root resource pool, or
 //!    `resourcePool`), the datacenter's VM folder (or `folder`), on `datastore` when
 //!    given; `LinkedClone` links to the template's current snapshot. The clone's
-//!    config sets `numCPUs`, `numCoresPerSocket`, `memoryMB`, firmware, and
+//!    config sets `numCPUs`, `numCoresPerSocket`, `memoryMB`, firmware (`efi-secure`
+//!    is `efi` with `bootOptions.efiSecureBootEnabled`; set again by a reconfigure
+//!    while the new machine is off when the clone did not take it), and
 //!    `instanceUuid` = the infra object's UID (as CAPV does), plus the `extraConfig`
 //!    keys `banlieue.uid` and `banlieue.failureDomain`.
 //! 2. **Configure** once (`ReconfigVM_Task`): the template's network devices, in
@@ -119,11 +121,30 @@ pub mod vmdk;
 mod golden_tests;
 
 use banlieue_sdk::api::common::ProviderClass;
+use banlieue_sdk::backend::{BackendCapabilities, DiskTransferFormat, ImageSourceKind};
 
 pub use backend::{IMPORT_QEMU_IMG_OPTIONS, VSphereBackend, VSphereFactory};
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::Vsphere;
+
+/// What the vSphere backend does for real (published in the Provider's
+/// `status.backendCapabilities`, and the book's capability matrix is generated from
+/// it): BIOS, EFI and EFI with Secure Boot (`bootOptions.efiSecureBootEnabled`);
+/// cloud-config and Ignition through `guestinfo`; powered on, off and suspended
+/// (`SuspendVM_Task`, exercised against vcsim); images from templates (content-library
+/// items are not supported yet); disks exported as VMDK (or raw) and imported as VMDK.
+pub fn capabilities() -> BackendCapabilities {
+    use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
+    BackendCapabilities {
+        firmware: vec![F::Bios, F::Efi, F::EfiSecure],
+        bootstrap_formats: vec![B::CloudConfig, B::Ignition],
+        power_states: vec![P::PoweredOn, P::PoweredOff, P::Suspended],
+        image_sources: vec![ImageSourceKind::Template],
+        disk_export: vec![DiskTransferFormat::Vmdk, DiskTransferFormat::Raw],
+        disk_import: vec![DiskTransferFormat::Vmdk],
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -88,7 +88,7 @@ fn extent(line: &str) -> Option<Result<Extent, String>> {
     if !ACCESS.contains(&access) {
         return None;
     }
-    let bad = || Err(format!("unreadable extent line {line:?}"));
+    let bad = || Err(format!("unreadable extent line {line}"));
     let mut rest = rest.trim_start();
     let Some((sectors, after)) = rest.split_once(char::is_whitespace) else {
         return Some(bad());

@@ -7,7 +7,10 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{CaBundleSource, Condition, LocalObjectReference, ProviderClass};
+use super::common::{
+    BootstrapFormat, CaBundleSource, Condition, Firmware, LocalObjectReference, PowerState,
+    ProviderClass,
+};
 
 /// Desired state of a Provider.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
@@ -81,6 +84,8 @@ pub struct Connection {
     /// `qemu+ssh://root@host/system`, `unix:///run/banlieue/ch.sock` or `sim://local`.
     #[x_kube(validation = Rule::new("self.matches('^[a-z][a-z0-9+.-]*://[^[:space:][:cntrl:]]*$')")
         .message("connection.endpoint must be a URL such as https://vcenter.example.com/sdk or qemu+ssh://host/system"))]
+    #[x_kube(validation = Rule::new(r"!self.matches('[\\p{Z}\\p{C}]')")
+        .message("connection.endpoint must not contain Unicode spaces or invisible characters (such as U+00A0, U+2028 or U+200B): retype the URL"))]
     #[schemars(length(min = 1, max = 2048))]
     pub endpoint: String,
     /// A Secret in the Provider's namespace with the credentials. vSphere: `username`,
@@ -145,13 +150,16 @@ pub struct ClassMapping {
 }
 
 /// A failure domain the administrator declares, with the labels selectors match.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 pub struct DeclaredFailureDomain {
     /// Name, unique within the Provider.
     #[schemars(length(min = 1, max = 256))]
     pub name: String,
     /// Labels matched by `failureDomainSelector`s and anti-affinity topology keys.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new(super::common::LABEL_KEYS)
+        .message(super::common::LABEL_KEYS_MSG))]
+    #[schemars(with = "super::common::LabelMapSchema", extend("maxProperties" = 64))]
     pub labels: BTreeMap<String, String>,
     /// Backend location, by key: vSphere `datacenter`, `cluster`, `resourcePool`,
     /// `folder`; Proxmox `node`; libvirt and Cloud Hypervisor `host`.
@@ -177,6 +185,115 @@ pub struct ProviderStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub failure_domains: Vec<DiscoveredFailureDomain>,
+    /// What the backend can do, as it declares it, narrowed by the Provider's
+    /// `capabilities.*` settings: the scheduler places a VirtualMachine (and a Cluster
+    /// API machine) only where every firmware, bootstrap format, power state and image
+    /// source it asks for is listed here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_capabilities: Option<BackendCapabilities>,
+}
+
+/// What a backend can do. Each list is what it does for real; what is not listed is
+/// refused before anything is created (`Scheduled=False` naming it).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendCapabilities {
+    /// Boot firmware it can give a machine: `bios`, `efi`, `efi-secure`.
+    #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    #[schemars(length(max = 3))]
+    pub firmware: Vec<Firmware>,
+    /// Bootstrap formats it can deliver to a guest: `cloud-config`, `ignition`.
+    #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    #[schemars(length(max = 2))]
+    pub bootstrap_formats: Vec<BootstrapFormat>,
+    /// Power states it can put a machine in: `PoweredOn`, `PoweredOff`, `Suspended`.
+    #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    #[schemars(length(max = 3))]
+    pub power_states: Vec<PowerState>,
+    /// The kinds of image source (the fields of the VMImage's source for this class)
+    /// it can boot: vSphere `template`, `contentLibraryItem`; Proxmox `templateID`,
+    /// `volume`; libvirt `volume`, `path`; Cloud Hypervisor `kernel`, `firmware`; the
+    /// simulator `name`.
+    #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    #[schemars(length(max = 8))]
+    pub image_sources: Vec<ImageSourceKind>,
+    /// Disk formats it exports a stopped machine's disks as (`CopyDisk`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    #[schemars(length(max = 3))]
+    pub disk_export: Vec<DiskTransferFormat>,
+    /// Disk formats it imports as the disks of a new machine (`CopyDisk`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    #[schemars(length(max = 3))]
+    pub disk_import: Vec<DiskTransferFormat>,
+}
+
+/// A kind of image source: which field of a VMImage's per-class source names it.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+pub enum ImageSourceKind {
+    /// vSphere `template`.
+    #[serde(rename = "template")]
+    Template,
+    /// vSphere `contentLibraryItem`.
+    #[serde(rename = "contentLibraryItem")]
+    ContentLibraryItem,
+    /// Proxmox `templateID`.
+    #[serde(rename = "templateID")]
+    TemplateId,
+    /// Proxmox or libvirt `volume`.
+    #[serde(rename = "volume")]
+    Volume,
+    /// libvirt `path`.
+    #[serde(rename = "path")]
+    Path,
+    /// Cloud Hypervisor `kernel` (direct kernel boot).
+    #[serde(rename = "kernel")]
+    Kernel,
+    /// Cloud Hypervisor `firmware`.
+    #[serde(rename = "firmware")]
+    Firmware,
+    /// The simulator's `name`.
+    #[serde(rename = "name")]
+    Name,
+}
+
+impl ImageSourceKind {
+    /// The field name, as a VMImage spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Template => "template",
+            Self::ContentLibraryItem => "contentLibraryItem",
+            Self::TemplateId => "templateID",
+            Self::Volume => "volume",
+            Self::Path => "path",
+            Self::Kernel => "kernel",
+            Self::Firmware => "firmware",
+            Self::Name => "name",
+        }
+    }
+}
+
+/// A disk file format a backend exports or imports (`qemu-img`'s names).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+pub enum DiskTransferFormat {
+    /// A flat image.
+    #[serde(rename = "raw")]
+    Raw,
+    /// QEMU copy-on-write v2.
+    #[serde(rename = "qcow2")]
+    Qcow2,
+    /// VMware's format.
+    #[serde(rename = "vmdk")]
+    Vmdk,
 }
 
 /// A failure domain as discovered on the backend.

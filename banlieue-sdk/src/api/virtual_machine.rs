@@ -8,8 +8,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    BootstrapFormat, Condition, DiskProvisioning, Ipam, LabelSelector, LocalObjectReference,
-    PowerState, ProviderClass, TypedLocalObjectReference,
+    BootstrapFormat, Condition, DISK_NAME_MSG, DNS_LABEL, DiskProvisioning, Ipam, LABEL_KEY,
+    LabelSelector, LocalObjectReference, MAC_UNICAST, MAC_UNICAST_MSG, MACS_UNIQUE,
+    MACS_UNIQUE_MSG, PowerState, ProviderClass, TypedLocalObjectReference,
 };
 use super::infra::MachineAddress;
 
@@ -75,6 +76,7 @@ pub struct VirtualMachineSpec {
     /// Network interfaces, in order. Empty: one DHCP interface on the default network class.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    #[x_kube(validation = Rule::new(MACS_UNIQUE).message(MACS_UNIQUE_MSG))]
     #[schemars(length(max = 10))]
     pub networks: Vec<NetworkInterface>,
     /// Blank data disks besides the OS disk, in order.
@@ -98,9 +100,11 @@ pub struct Placement {
     pub provider_ref: Option<LocalObjectReference>,
     /// Selects Providers by their labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<super::common::LabelSelectorSchema>")]
     pub provider_selector: Option<LabelSelector>,
     /// Selects failure domains by their labels (from the Provider's status).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<super::common::LabelSelectorSchema>")]
     pub failure_domain_selector: Option<LabelSelector>,
     /// Keep away from other VirtualMachines that match a selector.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -110,14 +114,16 @@ pub struct Placement {
 }
 
 /// Spread over a topology: no two matching machines share a value of `topologyKey`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AntiAffinityTerm {
     /// Selects the other VirtualMachines (same namespace) to keep away from.
+    #[schemars(with = "super::common::LabelSelectorSchema")]
     pub label_selector: LabelSelector,
     /// A failure-domain label key, e.g. `topology.kubernetes.io/zone`, or
     /// `banlieue.io/provider` and `banlieue.io/failure-domain`.
-    #[schemars(length(min = 1, max = 316))]
+    #[x_kube(validation = Rule::new(LABEL_KEY).message("topologyKey must be a label key: an optional DNS subdomain prefix and '/', then a name of at most 63 letters, digits, '-', '_' and '.' starting and ending with a letter or digit, e.g. topology.kubernetes.io/zone or banlieue.io/failure-domain"))]
+    #[schemars(length(min = 1, max = 317))]
     pub topology_key: String,
     /// `Required` (default) refuses to schedule; `Preferred` only scores.
     #[serde(default)]
@@ -163,6 +169,8 @@ pub struct NetworkInterface {
     #[schemars(length(min = 1, max = 15))]
     pub name: String,
     /// A network class the Provider maps to a port group, bridge or network.
+    #[x_kube(validation = Rule::new(DNS_LABEL)
+        .message("networkClass must name a Provider network class: a DNS label (lowercase letters, digits and '-'), e.g. frontend"))]
     #[schemars(length(min = 1, max = 63))]
     pub network_class: String,
     /// How addresses are assigned (default DHCP).
@@ -172,6 +180,7 @@ pub struct NetworkInterface {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$')")
         .message("macAddress must look like 52:54:00:12:34:56"))]
+    #[x_kube(validation = Rule::new(MAC_UNICAST).message(MAC_UNICAST_MSG))]
     #[schemars(length(max = 17))]
     pub mac_address: Option<String>,
     /// MTU; the network's default when empty.
@@ -181,10 +190,11 @@ pub struct NetworkInterface {
 }
 
 /// A blank data disk.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DataDisk {
-    /// Disk name, unique in the list.
+    /// Disk name, unique in the list: a DNS label, e.g. `data-1`.
+    #[x_kube(validation = Rule::new(DNS_LABEL).message(DISK_NAME_MSG))]
     #[schemars(length(min = 1, max = 63))]
     pub name: String,
     /// Size in GiB.
@@ -193,6 +203,8 @@ pub struct DataDisk {
     pub size_gib: u32,
     /// The Provider storage class to place it on. Default: the OS disk's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DNS_LABEL)
+        .message("storageClass must name a Provider storage class: a DNS label (lowercase letters, digits and '-'), e.g. fast"))]
     #[schemars(length(min = 1, max = 63))]
     pub storage_class: Option<String>,
     /// `thin` (default), `thick` or `eagerZeroed`.

@@ -1,7 +1,6 @@
 //! `VMClass`: a named hardware shape, like a StorageClass for machines.
 
 use kube::{CustomResource, KubeSchema};
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{DiskProvisioning, Firmware};
@@ -55,7 +54,7 @@ pub struct VMClassSpec {
 }
 
 /// The OS disk of a VMClass.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OsDisk {
     /// Size in GiB; a floor: the disk is never made smaller than the image.
@@ -67,6 +66,8 @@ pub struct OsDisk {
     pub provisioning: DiskProvisioning,
     /// The Provider storage class to place it on. Default: the failure domain's first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(super::common::DNS_LABEL)
+        .message("storageClass must name a Provider storage class: a DNS label (lowercase letters, digits and '-'), e.g. fast"))]
     #[schemars(length(min = 1, max = 63))]
     pub storage_class: Option<String>,
 }

@@ -130,12 +130,14 @@ impl ImageSources {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.template) != has(self.contentLibraryItem)")
     .message("sources.vsphere: set exactly one of template or contentLibraryItem"))]
+#[x_kube(validation = Rule::new("!has(self.contentLibraryItem)")
+    .message("sources.vsphere.contentLibraryItem is not supported yet: use sources.vsphere.template (a VM template's name or inventory path)"))]
 pub struct VSphereImageSource {
     /// Inventory path or name of a VM template, e.g. `/dc1/vm/templates/ubuntu-2404`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
     pub template: Option<String>,
-    /// A content-library item.
+    /// A content-library item. Not supported yet: admission refuses it; use `template`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_library_item: Option<ContentLibraryItem>,
 }

@@ -50,6 +50,7 @@
 //! assert!(registry.get(ProviderClass::Sim).is_some());
 //! ```
 
+pub mod capabilities;
 mod disks;
 mod error;
 mod registry;
@@ -58,6 +59,7 @@ mod types;
 
 use async_trait::async_trait;
 
+pub use capabilities::{BackendCapabilities, DiskTransferFormat, ImageSourceKind, Wants};
 pub use disks::{DiskFormat, DiskTransfer, OS_DISK, StagedDisk};
 pub use error::{BACKEND_VM_MISSING, BackendError, ErrorClass};
 pub use registry::{BackendFactory, BackendRegistry};
@@ -103,5 +105,14 @@ pub trait Backend: Send + Sync {
     /// touched).
     fn disk_transfer(&self) -> Option<&dyn DiskTransfer> {
         None
+    }
+
+    /// What this backend can do for real: firmware, bootstrap formats, power states,
+    /// image source kinds, disk transfer formats. The Provider publishes it (narrowed
+    /// by its `capabilities.*` settings) and nothing that asks for more is placed
+    /// here. The default, [`BackendCapabilities::conservative`], claims only what
+    /// every backend does; declare more only where a test exercises it.
+    fn capabilities(&self) -> BackendCapabilities {
+        BackendCapabilities::conservative()
     }
 }

@@ -37,7 +37,7 @@ impl Connection {
         self.credentials.get(key).ok_or_else(|| {
             super::BackendError::terminal(
                 "MissingCredential",
-                format!("the credentials Secret has no key {key:?}"),
+                format!("the credentials Secret has no key {key}"),
             )
         })
     }
@@ -125,7 +125,7 @@ impl MachineIdentity {
             Some(rest) if !rest.is_empty() => Ok(Some(rest.to_ascii_lowercase())),
             _ => Err(super::BackendError::terminal(
                 "InvalidProviderID",
-                format!("spec.providerID {id:?} is not of the form {scheme}://<id>"),
+                format!("spec.providerID {id} is not of the form {scheme}://<id>"),
             )),
         }
     }

@@ -2,6 +2,7 @@
 //! function from the VM, its class and image, the chosen Provider and placement to
 //! a fully resolved `*Machine` object.
 
+mod names;
 mod targets;
 #[cfg(test)]
 mod tests;
@@ -27,9 +28,13 @@ use crate::scheduling::Target;
 
 use targets::{ResolvedNetwork, Targets};
 
-/// Label on infra machines naming the VirtualMachine they realise.
+pub use names::{MAX_LABEL_VALUE, bootstrap_secret_name, label_value, suffixed_name};
+
+/// Label on infra machines naming the VirtualMachine they realise ([`label_value`] of
+/// its name: a prefix and a hash past 63 characters).
 pub const VIRTUAL_MACHINE_LABEL: &str = "banlieue.io/virtual-machine";
-/// Label on infra machines naming the Provider they run on.
+/// Label on infra machines naming the Provider they run on ([`label_value`] of its
+/// name; `spec.providerRef` has the name itself).
 pub const PROVIDER_LABEL: &str = "banlieue.io/provider";
 /// Annotation on infra machines built for a VM: the failure domain to place it in
 /// (CAPI-owned machines take it from their Machine instead).
@@ -96,7 +101,7 @@ pub fn machine_kind(provider: &Provider) -> Result<InfraMachineKind, BuildError>
         Some(name) => InfraMachineKind::from_kind(name).ok_or_else(|| {
             BuildError::new(
                 "InvalidProviderSettings",
-                format!("settings.machineKind {name:?} is not one of VSphereMachine, ProxmoxMachine, LibvirtMachine, CloudHypervisorMachine"),
+                format!("settings.machineKind {name} is not one of VSphereMachine, ProxmoxMachine, LibvirtMachine, CloudHypervisorMachine"),
             )
         }),
     }
@@ -296,8 +301,8 @@ fn metadata(input: &Input<'_>) -> Result<ObjectMeta, BuildError> {
         BuildError::new("InvalidVirtualMachine", "the VirtualMachine has no uid yet")
     })?;
     let mut labels: BTreeMap<String, String> = vm.metadata.labels.clone().unwrap_or_default();
-    labels.insert(VIRTUAL_MACHINE_LABEL.into(), name.clone());
-    labels.insert(PROVIDER_LABEL.into(), input.target.provider.clone());
+    labels.insert(VIRTUAL_MACHINE_LABEL.into(), label_value(&name));
+    labels.insert(PROVIDER_LABEL.into(), label_value(&input.target.provider));
     let annotations = input
         .target
         .failure_domain

@@ -110,7 +110,7 @@ fn lookup(
         .ok_or_else(|| {
             BuildError::new(
                 "ClassNotOffered",
-                format!("the Provider declares no {what} class {class:?}"),
+                format!("the Provider declares no {what} class {class}"),
             )
         })
 }

@@ -267,7 +267,7 @@ fn undeclared_classes_are_reported() {
     let err = build(&p).unwrap_err();
     assert_eq!(err.reason, "ClassNotOffered");
     assert!(
-        err.message.contains("network class \"frontend\""),
+        err.message.contains("network class frontend"),
         "{}",
         err.message
     );

@@ -129,7 +129,7 @@ pub fn place(
                 return Err(Unplaced {
                     reason: "UnknownFailureDomain",
                     message: format!(
-                        "Machine.spec.failureDomain {name:?} is not one this cluster publishes (they look like <provider>/<failure domain>)"
+                        "Machine.spec.failureDomain {name} is not one this cluster publishes (they look like <provider>/<failure domain>)"
                     ),
                 });
             };
@@ -139,7 +139,7 @@ pub fn place(
                 return Err(Unplaced {
                     reason: "FailureDomainMismatch",
                     message: format!(
-                        "Machine.spec.failureDomain {name:?} belongs to Provider {provider:?}, but spec.providerRef names {reference:?}"
+                        "Machine.spec.failureDomain {name} belongs to Provider {provider}, but spec.providerRef names {reference}"
                     ),
                 });
             }

@@ -60,9 +60,10 @@ pub fn pool_devices(spec: &MachineSpec) -> Vec<(usize, TypedLocalObjectReference
         .collect()
 }
 
-/// The claim's name for device `index` of machine `machine`.
+/// The claim's name for device `index` of machine `machine` (shortened with a hash
+/// when a long machine name would make it longer than a name may be).
 pub fn claim_name(machine: &str, index: usize) -> String {
-    format!("{machine}-ip-{index}")
+    crate::build::suffixed_name(machine, &format!("-ip-{index}"))
 }
 
 /// The claim for device `index`, owned (as controller) by the machine `owner`, in the

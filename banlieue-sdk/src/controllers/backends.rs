@@ -1,6 +1,12 @@
 //! One connected backend per Provider, reused across reconciles and replaced when the
 //! Provider's connection, credentials or CA bundle change; and the resolution of a
 //! Provider's Secret and CA bundle into a [`Connection`].
+//!
+//! The credentials resolved for a Provider are registered with the process-wide
+//! [`scrub::global`] scrubber (replaced when they change, dropped when the Provider is
+//! forgotten), and every message the backends hand out ([`BackendError`]s of every
+//! call, disk transfers included, and [`Unreachable`]s) is scrubbed here, so no
+//! controller can put a credential into a condition.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -15,10 +21,26 @@ use super::Metrics;
 use crate::api::Provider;
 use crate::api::common::{DEFAULT_CA_BUNDLE_KEY, ProviderClass};
 use crate::backend::{
-    Backend, BackendError, BackendRegistry, Connection, Deletion, ImageLookup, ImageSourceSet,
-    Inventory, MachineIdentity, MachineObservation, MachineRequest, SecretValue,
+    Backend, BackendError, BackendRegistry, Connection, Deletion, DiskFormat, DiskTransfer,
+    ImageLookup, ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest,
+    SecretValue, StagedDisk,
 };
+use crate::scrub;
 use crate::status::provider::Unreachable;
+
+/// Credentials Secret keys whose values are not secret (user names, token IDs,
+/// certificates, known hosts): every other key's value is scrubbed.
+const PUBLIC_KEYS: &[&str] = &[
+    "username",
+    "user",
+    "tokenID",
+    "tls.crt",
+    "ca.crt",
+    "knownHosts",
+];
+
+/// Reason of a backend error whose reason carried a credential.
+const REDACTED_REASON: &str = "Redacted";
 
 /// Connected backends by Provider (`namespace/name`), with the fingerprint of the
 /// connection they were made for.
@@ -46,12 +68,13 @@ impl BackendCache {
         client: &Client,
         provider: &Provider,
     ) -> Result<Instrumented, Unreachable> {
-        let connection = resolve(client, provider).await?;
+        let connection = resolve(client, provider).await.map_err(scrub_unreachable)?;
         let key = format!(
             "{}/{}",
             provider.namespace().unwrap_or_default(),
             provider.name_any()
         );
+        register(&key, &connection);
         let fingerprint = fingerprint(&connection);
         let cached = {
             let entries = self.entries.lock().expect("backend cache");
@@ -63,6 +86,7 @@ impl BackendCache {
         let backend = match cached {
             Some(backend) => backend,
             None => {
+                warn_unscrubbable(&key, &connection);
                 let factory = self
                     .registry
                     .get(connection.class)
@@ -70,9 +94,12 @@ impl BackendCache {
                         reason: "BackendNotCompiledIn".into(),
                         message: format!("this banlieue build has no {} backend", connection.class),
                     })?;
-                let backend = factory.connect(&connection).map_err(|e| Unreachable {
-                    reason: e.reason.clone(),
-                    message: e.message.clone(),
+                let backend = factory.connect(&connection).map_err(|e| {
+                    let e = scrub_error(e);
+                    Unreachable {
+                        reason: e.reason,
+                        message: e.message,
+                    }
                 })?;
                 self.entries
                     .lock()
@@ -83,17 +110,73 @@ impl BackendCache {
         };
         Ok(Instrumented {
             class: connection.class,
+            transfer: backend
+                .disk_transfer()
+                .is_some()
+                .then(|| ScrubbedTransfer(backend.clone())),
             backend,
             metrics: self.metrics.clone(),
         })
     }
 
-    /// Drops the backend of a deleted Provider.
+    /// Drops the backend of a deleted Provider, and its credentials from the scrubber.
     pub fn forget(&self, namespace: &str, name: &str) {
-        self.entries
-            .lock()
-            .expect("backend cache")
-            .remove(&format!("{namespace}/{name}"));
+        let key = format!("{namespace}/{name}");
+        self.entries.lock().expect("backend cache").remove(&key);
+        scrub::global().forget(&key);
+    }
+}
+
+/// The credentials of `connection` that are secret, by key.
+fn secrets(connection: &Connection) -> impl Iterator<Item = (&str, &str)> {
+    connection
+        .credentials
+        .iter()
+        .filter(|(key, _)| !PUBLIC_KEYS.contains(&key.as_str()))
+        .map(|(key, value)| (key.as_str(), value.expose()))
+}
+
+/// Registers the secret values of `connection`'s credentials as `source`'s.
+fn register(source: &str, connection: &Connection) {
+    scrub::global().register(source, secrets(connection).map(|(_, value)| value));
+}
+
+/// Warns about the secret values of `connection` too short to be scrubbed (once per
+/// connection made).
+fn warn_unscrubbable(source: &str, connection: &Connection) {
+    for (key, value) in secrets(connection) {
+        if !value.trim().is_empty() && !scrub::is_scrubbable(value) {
+            tracing::warn!(
+                provider = source,
+                key,
+                "a credential shorter than {} characters cannot be redacted from messages; use a longer one",
+                scrub::MIN_SECRET_LEN
+            );
+        }
+    }
+}
+
+/// `reason` unless it carries a credential.
+fn scrub_reason(reason: String) -> String {
+    let scrubbed = scrub::global().scrub_owned(reason.clone());
+    if scrubbed == reason {
+        reason
+    } else {
+        REDACTED_REASON.to_owned()
+    }
+}
+
+/// `error` with its reason and message scrubbed.
+fn scrub_error(mut error: BackendError) -> BackendError {
+    error.reason = scrub_reason(error.reason);
+    error.message = scrub::global().scrub_owned(error.message);
+    error
+}
+
+fn scrub_unreachable(unreachable: Unreachable) -> Unreachable {
+    Unreachable {
+        reason: scrub_reason(unreachable.reason),
+        message: scrub::global().scrub_owned(unreachable.message),
     }
 }
 
@@ -196,11 +279,11 @@ where
         Ok(Some(object)) => Ok(object),
         Ok(None) => Err(Unreachable {
             reason: reason.into(),
-            message: format!("{what} {name:?} not found in namespace {namespace:?}"),
+            message: format!("{what} {name} not found in namespace {namespace}"),
         }),
         Err(error) => Err(Unreachable {
             reason: "APIError".into(),
-            message: format!("reading {what} {name:?}: {error}"),
+            message: format!("reading {what} {name}: {error}"),
         }),
     }
 }
@@ -208,7 +291,7 @@ where
 fn missing_key(name: &str, key: &str) -> Unreachable {
     Unreachable {
         reason: "CABundleNotFound".into(),
-        message: format!("{name:?} has no key {key:?}"),
+        message: format!("{name} has no key {key}"),
     }
 }
 
@@ -230,11 +313,12 @@ fn secret_strings(secret: &Secret) -> BTreeMap<String, SecretValue> {
     values
 }
 
-/// A backend whose calls are timed into the metrics.
+/// A backend whose calls are timed into the metrics, and whose errors are scrubbed.
 #[derive(Clone)]
 pub(crate) struct Instrumented {
     pub class: ProviderClass,
     backend: Arc<dyn Backend>,
+    transfer: Option<ScrubbedTransfer>,
     metrics: Arc<Metrics>,
 }
 
@@ -249,18 +333,34 @@ impl Instrumented {
             .backend_call(self.class.as_str(), operation, outcome, started.elapsed());
     }
 
+    /// Records the call and scrubs its error.
+    fn finish<T>(
+        &self,
+        operation: &str,
+        started: Instant,
+        result: Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        self.record(operation, started, &result);
+        result.map_err(scrub_error)
+    }
+
     pub async fn check(&self) -> Result<Inventory, BackendError> {
         let started = Instant::now();
         let result = self.backend.check().await;
-        self.record("check", started, &result);
-        result
+        self.finish("check", started, result)
     }
 
     pub async fn find_image(&self, sources: &ImageSourceSet) -> Result<ImageLookup, BackendError> {
         let started = Instant::now();
         let result = self.backend.find_image(sources).await;
-        self.record("find_image", started, &result);
-        result
+        // A missing image's message is the backend's words too.
+        self.finish("find_image", started, result)
+            .map(|lookup| match lookup {
+                ImageLookup::Missing { message } => ImageLookup::Missing {
+                    message: scrub::global().scrub_owned(message),
+                },
+                available => available,
+            })
     }
 
     pub async fn ensure(
@@ -269,19 +369,110 @@ impl Instrumented {
     ) -> Result<MachineObservation, BackendError> {
         let started = Instant::now();
         let result = self.backend.ensure(request).await;
-        self.record("ensure", started, &result);
-        result
+        self.finish("ensure", started, result)
     }
 
-    /// The backend's disk export and import, when it has them (`CopyDisk`).
-    pub fn disk_transfer(&self) -> Option<&dyn crate::backend::DiskTransfer> {
-        self.backend.disk_transfer()
+    /// What the backend declares it can do.
+    pub fn capabilities(&self) -> crate::backend::BackendCapabilities {
+        self.backend.capabilities()
+    }
+
+    /// The backend's disk export and import, when it has them (`CopyDisk`), with
+    /// their errors scrubbed.
+    pub fn disk_transfer(&self) -> Option<&dyn DiskTransfer> {
+        self.transfer.as_ref().map(|t| t as &dyn DiskTransfer)
     }
 
     pub async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
         let started = Instant::now();
         let result = self.backend.delete(identity).await;
-        self.record("delete", started, &result);
-        result
+        self.finish("delete", started, result)
+    }
+}
+
+/// A backend's [`DiskTransfer`], its errors scrubbed. Made only for a backend that has
+/// one.
+#[derive(Clone)]
+struct ScrubbedTransfer(Arc<dyn Backend>);
+
+impl ScrubbedTransfer {
+    fn inner(&self) -> &dyn DiskTransfer {
+        self.0
+            .disk_transfer()
+            .expect("made only for a backend with a disk transfer")
+    }
+}
+
+#[async_trait::async_trait]
+impl DiskTransfer for ScrubbedTransfer {
+    fn import_format(&self) -> DiskFormat {
+        self.inner().import_format()
+    }
+
+    async fn export_size(&self, identity: &MachineIdentity) -> Result<Option<u64>, BackendError> {
+        self.inner()
+            .export_size(identity)
+            .await
+            .map_err(scrub_error)
+    }
+
+    async fn export(
+        &self,
+        identity: &MachineIdentity,
+        staging: &std::path::Path,
+    ) -> Result<Vec<StagedDisk>, BackendError> {
+        self.inner()
+            .export(identity, staging)
+            .await
+            .map_err(scrub_error)
+    }
+
+    async fn import(
+        &self,
+        request: &MachineRequest,
+        disks: &[StagedDisk],
+    ) -> Result<(), BackendError> {
+        self.inner()
+            .import(request, disks)
+            .await
+            .map_err(scrub_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_keys_are_scrubbed_from_errors_and_public_ones_kept() {
+        let connection = Connection {
+            class: ProviderClass::Proxmox,
+            endpoint: "https://pve.example:8006".into(),
+            credentials: [
+                ("username", "root@pam"),
+                ("password", "backends-unit-pa55"),
+                ("tokenID", "root@pam!ci"),
+                ("tokenSecret", "backends-unit-t0ken"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), SecretValue::new(v)))
+            .collect(),
+            ca_bundle: None,
+            insecure_skip_tls_verify: false,
+            settings: BTreeMap::new(),
+        };
+        register("test/backends-unit", &connection);
+        let error = scrub_error(BackendError::terminal(
+            "Bad-backends-unit-t0ken",
+            "root@pam with backends-unit-pa55; PVEAPIToken=root@pam!ci=backends-unit-t0ken",
+        ));
+        scrub::global().forget("test/backends-unit");
+        assert_eq!(error.reason, REDACTED_REASON);
+        assert_eq!(
+            error.message,
+            "root@pam with [redacted]; PVEAPIToken=root@pam!ci=[redacted]"
+        );
+        let after = scrub_error(BackendError::terminal("X", "backends-unit-pa55"));
+        assert_eq!(after.message, "backends-unit-pa55", "forgotten");
     }
 }

@@ -252,6 +252,10 @@ fn error_policy<K: InfraCluster>(
     error: &kube::Error,
     ctx: Arc<Context>,
 ) -> Action {
+    if super::expected::kube_race(error) {
+        tracing::debug!(cluster = %key_of(cluster.as_ref()), kind = %K::kind(&()), %error, "reconcile raced a stale cache; retrying");
+        return Action::requeue(super::expected::RETRY_RACE);
+    }
     tracing::warn!(cluster = %key_of(cluster.as_ref()), kind = %K::kind(&()), %error, "reconcile failed");
     Action::requeue(ctx.backoff(&key_of(cluster.as_ref())))
 }

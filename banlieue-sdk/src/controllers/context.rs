@@ -59,7 +59,42 @@ where
     })
 }
 
+/// The cached infra machines of `store` in `namespace` that run, or may run, on
+/// Provider `provider`: named by `spec.providerRef`, or (CAPI machines) landed in one
+/// of its failure domains. As `Kind/name`.
+fn on_provider<K>(store: &Store<K>, namespace: &str, provider: &str) -> Vec<String>
+where
+    K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead + Clone + 'static,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|m| m.namespace().as_deref() == Some(namespace))
+        .filter(|m| {
+            m.provider_ref().is_some_and(|r| r.name == provider)
+                || m.machine_status()
+                    .and_then(|s| s.failure_domain.as_deref())
+                    .and_then(crate::capi::failure_domains::split_name)
+                    .is_some_and(|(p, _)| p == provider)
+        })
+        .map(|m| format!("{}/{}", K::kind(&()), m.name_any()))
+        .collect()
+}
+
 impl Stores {
+    /// The infra machines (`Kind/name`, sorted) that hold Provider `provider` of
+    /// `namespace`: while any exists, deleting the Provider would strand its backend VM.
+    pub fn machines_on(&self, namespace: &str, provider: &str) -> Vec<String> {
+        let mut all: Vec<String> = on_provider(&self.vsphere, namespace, provider)
+            .into_iter()
+            .chain(on_provider(&self.proxmox, namespace, provider))
+            .chain(on_provider(&self.libvirt, namespace, provider))
+            .chain(on_provider(&self.cloud_hypervisor, namespace, provider))
+            .collect();
+        all.sort();
+        all
+    }
+
     /// Every cached infra machine, of all kinds.
     pub fn infra_machines(&self) -> Vec<MachineSummary> {
         summaries(&self.vsphere)

@@ -187,7 +187,7 @@ pub async fn convert(
         return Err(BackendError::terminal(
             "ConversionFailed",
             format!(
-                "qemu-img convert of disk {:?} from {} to {format}: {}",
+                "qemu-img convert of disk {} from {} to {format}: {}",
                 disk.name,
                 disk.format,
                 String::from_utf8_lossy(&output.stderr).trim()

@@ -7,6 +7,10 @@
 //! events per VM), growing linearly with VMs created per six minutes, with a scan per
 //! event on top; the series it enables only pays off for events that repeat, which
 //! lifecycle events do not.
+//!
+//! Every Event's note passes through the [`scrub::global`] scrubber here, the one
+//! place all Events go through, so no credential reaches an Event; then it is cut to
+//! the apiserver's limit (a longer note gets the whole Event refused).
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
@@ -16,11 +20,30 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
+use crate::scrub;
+
 /// Where the controllers' Events go.
 pub(crate) struct Events {
     client: Client,
     reporter: Reporter,
     recorder: Recorder,
+}
+
+/// The longest note `events.k8s.io/v1` accepts, in bytes.
+const NOTE_LIMIT: usize = 1024;
+
+/// `note` cut to [`NOTE_LIMIT`] bytes (on a character boundary), ending in `...` when cut.
+fn truncated(mut note: String) -> String {
+    if note.len() <= NOTE_LIMIT {
+        return note;
+    }
+    let mut end = NOTE_LIMIT - 3;
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    note.truncate(end);
+    note.push_str("...");
+    note
 }
 
 impl Events {
@@ -32,13 +55,23 @@ impl Events {
         }
     }
 
-    /// Publishes `event` about `reference`: a warning may repeat and is aggregated, a
-    /// normal event is created as it is.
+    /// Publishes `event` about `reference`, its note scrubbed: a warning may repeat
+    /// and is aggregated, a normal event is created as it is.
     pub(crate) async fn publish(
         &self,
         event: &Event,
         reference: &ObjectReference,
     ) -> Result<(), kube::Error> {
+        let event = &Event {
+            type_: event.type_,
+            reason: event.reason.clone(),
+            note: event
+                .note
+                .clone()
+                .map(|n| truncated(scrub::global().scrub_owned(n))),
+            action: event.action.clone(),
+            secondary: event.secondary.clone(),
+        };
         match event.type_ {
             EventType::Warning => self.recorder.publish(event, reference).await,
             EventType::Normal => {
@@ -64,10 +97,10 @@ impl Events {
             note: event.note.clone(),
             metadata: ObjectMeta {
                 namespace: reference.namespace.clone(),
-                name: Some(format!(
-                    "{}.{:x}",
+                // Shortened for a long object name: the Event must still be a name.
+                name: Some(crate::build::suffixed_name(
                     reference.name.as_deref().unwrap_or(controller),
-                    now.as_nanosecond()
+                    &format!(".{:x}", now.as_nanosecond()),
                 )),
                 ..ObjectMeta::default()
             },
@@ -81,5 +114,24 @@ impl Events {
             type_: Some("Normal".to_owned()),
             ..K8sEvent::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_notes_are_cut_to_the_apiserver_limit_on_a_character_boundary() {
+        assert_eq!(truncated("short".into()), "short");
+        let exact = "a".repeat(NOTE_LIMIT);
+        assert_eq!(truncated(exact.clone()), exact);
+        let long = "é".repeat(NOTE_LIMIT);
+        let cut = truncated(long);
+        assert!(
+            cut.len() <= NOTE_LIMIT && cut.ends_with("..."),
+            "{}",
+            cut.len()
+        );
     }
 }

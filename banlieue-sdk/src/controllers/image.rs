@@ -191,6 +191,12 @@ fn status_rows_available(image: &VMImage, ctx: &Context) -> bool {
 }
 
 fn error_policy(image: Arc<VMImage>, error: &Error, ctx: Arc<Context>) -> Action {
+    let Error::Kube(kube_error) = error;
+    if super::expected::kube_race(kube_error) {
+        tracing::debug!(image = %image.name_any(), %error, "reconcile raced a stale cache; retrying");
+        ctx.metrics.reconciled(NAME, "error", Duration::ZERO);
+        return Action::requeue(super::expected::RETRY_RACE);
+    }
     tracing::warn!(image = %image.name_any(), %error, "reconcile failed");
     ctx.metrics.reconciled(NAME, "error", Duration::ZERO);
     Action::requeue(ctx.backoff(&image.name_any()))

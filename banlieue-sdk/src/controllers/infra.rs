@@ -97,7 +97,11 @@ where
     Some(Existing {
         kind: K::KIND,
         name: object.name_any(),
-        provider: object.labels().get(PROVIDER_LABEL).cloned(),
+        // The label is shortened past 63 characters; the reference has the name.
+        provider: object
+            .provider_ref()
+            .map(|r| r.name.clone())
+            .or_else(|| object.labels().get(PROVIDER_LABEL).cloned()),
         failure_domain: object.annotations().get(FAILURE_DOMAIN_ANNOTATION).cloned(),
         deleting: object.meta().deletion_timestamp.is_some(),
         provider_id: object.provider_id().map(str::to_owned),

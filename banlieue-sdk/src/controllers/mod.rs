@@ -30,6 +30,7 @@ mod cluster;
 mod context;
 pub mod disk_copy;
 mod events;
+mod expected;
 mod feed;
 mod image;
 mod infra;

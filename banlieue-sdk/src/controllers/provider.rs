@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::EventType;
@@ -29,6 +29,10 @@ pub(crate) const FIELD_MANAGER: &str = "banlieue-provider";
 pub(crate) enum Error {
     #[error("writing status: {0}")]
     Kube(#[from] kube::Error),
+    /// Not a failure: deletion waits for the machines still on the Provider (keeps
+    /// the finalizer).
+    #[error("deletion waits for {0} machine(s)")]
+    InUse(usize),
 }
 
 pub(crate) async fn run(
@@ -115,11 +119,7 @@ async fn reconcile(
     let result = finalizer(&api, FINALIZER, provider, |event| async {
         match event {
             finalizer::Event::Apply(p) => apply(&p, &ctx).await,
-            finalizer::Event::Cleanup(p) => {
-                ctx.backends
-                    .forget(&p.namespace().unwrap_or_default(), &p.name_any());
-                Ok(Action::await_change())
-            }
+            finalizer::Event::Cleanup(p) => cleanup(&p, &ctx).await,
         }
     })
     .await;
@@ -129,6 +129,99 @@ async fn reconcile(
         started.elapsed(),
     );
     result
+}
+
+/// A Provider goes only once no machine is on it: each machine's backend VM is deleted
+/// through it, and a Provider that went first would strand them. Until then `Ready`
+/// says which machines hold it, and a Warning Event says so once.
+async fn cleanup(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
+    let namespace = provider.namespace().unwrap_or_default();
+    let name = provider.name_any();
+    // Before the machine caches have listed, "no machines" means "not known yet".
+    let synced = ctx.stores_synced.load(std::sync::atomic::Ordering::SeqCst);
+    let holders = ctx.stores.machines_on(&namespace, &name);
+    if !synced || !holders.is_empty() {
+        let message = deletion_blocked(&holders, synced);
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let mut status = provider.status.clone().unwrap_or_default();
+        conditions::set(
+            &mut status.conditions,
+            conditions::Desired::new(
+                conditions::types::READY,
+                conditions::Status::False,
+                DELETION_BLOCKED,
+            )
+            .message(&message),
+            provider.metadata.generation,
+            &now,
+        );
+        if provider.status.as_ref() != Some(&status) {
+            let first = provider.status.as_ref().is_none_or(|s| {
+                conditions::get(&s.conditions, conditions::types::READY)
+                    .is_none_or(|c| c.reason != DELETION_BLOCKED)
+            });
+            write_status(provider, ctx, &status).await?;
+            if first && synced {
+                ctx.event(
+                    provider,
+                    EventType::Warning,
+                    DELETION_BLOCKED,
+                    "Delete",
+                    message,
+                )
+                .await;
+            }
+        }
+        return Err(Error::InUse(holders.len()));
+    }
+    ctx.backends.forget(&namespace, &name);
+    Ok(Action::await_change())
+}
+
+/// `Ready`'s reason while a Provider being deleted still has machines.
+pub(crate) const DELETION_BLOCKED: &str = "DeletionBlocked";
+
+/// How many machines to name in the message; the count covers the rest.
+const NAMED_HOLDERS: usize = 5;
+
+/// What a Provider being deleted waits for, for humans.
+fn deletion_blocked(holders: &[String], synced: bool) -> String {
+    if !synced {
+        return "deletion waits until the operator has listed the machines that may use this Provider".into();
+    }
+    let mut named = holders
+        .iter()
+        .take(NAMED_HOLDERS)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if holders.len() > NAMED_HOLDERS {
+        named.push_str(&format!(" and {} more", holders.len() - NAMED_HOLDERS));
+    }
+    format!(
+        "deletion waits for {} machine(s) still on this Provider: {named}. Delete their VirtualMachines (or Cluster API Machines) first: their backend VMs are deleted through this Provider",
+        holders.len()
+    )
+}
+
+async fn write_status(
+    provider: &Provider,
+    ctx: &Context,
+    status: &crate::api::provider::ProviderStatus,
+) -> Result<(), Error> {
+    let api: Api<Provider> = Api::namespaced(
+        ctx.client.clone(),
+        &provider.namespace().unwrap_or_default(),
+    );
+    let patch = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "status": status});
+    api.patch_status(
+        &provider.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    ctx.metrics.wrote(NAME);
+    Ok(())
 }
 
 async fn apply(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
@@ -151,7 +244,7 @@ async fn apply(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
                     provider.status.as_ref(),
                     &provider.spec,
                     generation,
-                    Ok(&inventory),
+                    Ok((&inventory, &backend.capabilities())),
                     &now,
                 ),
                 None,
@@ -180,40 +273,43 @@ async fn apply(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
         ctx.succeeded(&key_of(provider));
     }
     if provider.status.as_ref() != Some(&status) {
-        let was_ready = provider
+        let before = provider
             .status
             .as_ref()
-            .is_some_and(|s| conditions::is_true(&s.conditions, conditions::types::READY));
-        let api: Api<Provider> = Api::namespaced(
-            ctx.client.clone(),
-            &provider.namespace().unwrap_or_default(),
-        );
-        let patch =
-            json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "status": status});
-        api.patch_status(
-            &provider.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-        ctx.metrics.wrote(NAME);
-        if was_ready != ready {
-            let ready_condition = conditions::get(&status.conditions, conditions::types::READY);
-            let (reason, note) = ready_condition
-                .map(|c| (c.reason.clone(), c.message.clone()))
-                .unwrap_or_default();
-            let type_ = if ready {
-                EventType::Normal
-            } else {
-                EventType::Warning
-            };
-            ctx.event(provider, type_, &reason, "Check", note).await;
+            .and_then(|s| conditions::get(&s.conditions, conditions::types::READY))
+            .cloned();
+        write_status(provider, ctx, &status).await?;
+        let after = conditions::get(&status.conditions, conditions::types::READY);
+        if let (Some(type_), Some(c)) = (announcement(before.as_ref(), after), after) {
+            ctx.event(provider, type_, &c.reason, "Check", c.message.clone())
+                .await;
         }
     }
     Ok(match requeue {
         Some(after) => Action::requeue(after),
         None => Action::requeue(recheck_period(ctx, ready)),
     })
+}
+
+/// The Event a change of `Ready` from `before` to `after` deserves: `Normal` when the
+/// Provider becomes Ready, `Warning` when it stops being Ready, when its very first
+/// check finds it unready, or when it stays unready for another reason. `None` for a
+/// recheck that finds what the last one found (an unready Provider is not announced
+/// again every 30 s).
+fn announcement(before: Option<&Condition>, after: Option<&Condition>) -> Option<EventType> {
+    let after = after?;
+    let ready = after.status == "True";
+    match before {
+        None if ready => Some(EventType::Normal),
+        None => Some(EventType::Warning),
+        Some(b) if (b.status == "True") != ready => Some(if ready {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        }),
+        Some(b) if !ready && b.reason != after.reason => Some(EventType::Warning),
+        Some(_) => None,
+    }
 }
 
 /// Ready Providers are re-checked every sync period; unready ones sooner, so a fixed
@@ -231,6 +327,95 @@ fn error_policy(
     error: &finalizer::Error<Error>,
     ctx: Arc<Context>,
 ) -> Action {
+    if let finalizer::Error::CleanupFailed(Error::InUse(_)) = error {
+        // The machines' deletions are not watched here: look again soon (a cache scan).
+        return Action::requeue(Duration::from_secs(2));
+    }
+    let race = super::expected::race(error, |e| match e {
+        Error::Kube(e) => Some(e),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    });
+    if race {
+        tracing::debug!(provider = %key_of(provider.as_ref()), %error, "reconcile raced a stale cache; retrying");
+        return Action::requeue(super::expected::RETRY_RACE);
+    }
     tracing::warn!(provider = %key_of(provider.as_ref()), %error, "reconcile failed");
     Action::requeue(ctx.backoff(&key_of(provider.as_ref())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blocked_deletion_names_the_machines_and_counts_the_rest() {
+        let few: Vec<String> = vec!["LibvirtMachine/a".into(), "CloudHypervisorMachine/b".into()];
+        let message = deletion_blocked(&few, true);
+        assert!(message.starts_with("deletion waits for 2 machine(s) still on this Provider: LibvirtMachine/a, CloudHypervisorMachine/b."), "{message}");
+        assert!(!message.contains("more"), "{message}");
+        let many: Vec<String> = (0..8).map(|i| format!("VSphereMachine/m{i}")).collect();
+        let message = deletion_blocked(&many, true);
+        assert!(
+            message.contains("VSphereMachine/m4 and 3 more."),
+            "{message}"
+        );
+        assert!(!message.contains("m5"), "{message}");
+    }
+
+    #[test]
+    fn before_the_caches_list_the_message_says_so() {
+        assert!(deletion_blocked(&[], false).contains("has listed the machines"));
+    }
+}
+
+#[cfg(test)]
+mod announcement_tests {
+    use super::*;
+
+    fn ready(status: &str, reason: &str) -> Condition {
+        Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        }
+    }
+
+    #[test]
+    fn an_unready_provider_is_announced_once_per_cause() {
+        let down = ready("False", "Unreachable");
+        let denied = ready("False", "Unauthorized");
+        let up = ready("True", "Ready");
+        let table = [
+            (
+                None,
+                Some(&down),
+                Some(EventType::Warning),
+                "unready from its first check",
+            ),
+            (Some(&down), Some(&down), None, "the same on every recheck"),
+            (
+                Some(&down),
+                Some(&denied),
+                Some(EventType::Warning),
+                "another cause",
+            ),
+            (Some(&down), Some(&up), Some(EventType::Normal), "fixed"),
+            (None, Some(&up), Some(EventType::Normal), "ready at once"),
+            (Some(&up), Some(&up), None, "stays ready"),
+            (
+                Some(&up),
+                Some(&down),
+                Some(EventType::Warning),
+                "goes down",
+            ),
+            (Some(&up), None, None, "no Ready condition"),
+        ];
+        for (before, after, want, case) in table {
+            assert_eq!(announcement(before, after), want, "{case}");
+        }
+    }
 }

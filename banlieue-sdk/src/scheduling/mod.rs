@@ -5,12 +5,16 @@
 //! 1. **Sticky.** A VM that is placed stays where it is while its placement still
 //!    matches: the Provider exists and satisfies `providerRef`/`providerSelector`, and the
 //!    failure domain still satisfies `failureDomainSelector`. A Provider being down is
-//!    not a reason to move (that would recreate machines on every outage).
+//!    not a reason to move (that would recreate machines on every outage). A power
+//!    state the Provider cannot give (`Suspended` where it is not published) makes the
+//!    VM unschedulable where it is (`CapabilitiesMissing`), never moves it.
 //! 2. **Feasible.** Otherwise a candidate (Provider, failure domain) must: match the
 //!    placement; be Ready and not paused; have a source in the image for its class
-//!    (and not be listed as lacking it in the image's status); offer every storage and
-//!    network class and feature the VM needs; satisfy `Required` anti-affinity against
-//!    placed siblings.
+//!    (and not be listed as lacking it in the image's status); publish in
+//!    `status.backendCapabilities` the VM's firmware, bootstrap format, power state
+//!    and image source kind (see [`wants`]); offer every storage and network class
+//!    and feature the VM needs; satisfy `Required` anti-affinity against placed
+//!    siblings. A bootstrap format the image does not declare fits nowhere.
 //! 3. **Best.** Among feasible candidates: fewest `Preferred` anti-affinity conflicts,
 //!    then fewest VMs already placed there (spread), then name order. Deterministic.
 
@@ -22,9 +26,16 @@ use crate::api::common::ProviderClass;
 use crate::api::provider::DiscoveredFailureDomain;
 use crate::api::virtual_machine::{AffinityMode, ScheduledPlacement};
 use crate::api::{Provider, VMClassSpec, VMImage, VirtualMachine};
+use crate::backend::Wants;
+use crate::backend::capabilities;
 use crate::conditions;
 
 pub use selector::matches;
+
+/// `Scheduled`'s reason when every matching Provider is usable but cannot do
+/// something the VM asks (a firmware, a bootstrap format, a power state, an image
+/// source kind); the message names, per Provider, what is missing.
+pub const CAPABILITIES_MISSING: &str = "CapabilitiesMissing";
 
 /// Topology key whose value is the Provider's name.
 pub const PROVIDER_TOPOLOGY_KEY: &str = "banlieue.io/provider";
@@ -168,9 +179,27 @@ impl Target {
 /// Decides where `input.vm` runs.
 pub fn schedule(input: &Input<'_>) -> Decision {
     if let Some(current) = input.current
-        && still_matches(input, current)
+        && let Some(provider) = still_matches(input, current)
     {
+        // Placed: only what can change on a machine that exists is checked again (its
+        // power state). The VM stays where it is either way; a move is never the
+        // answer to "this Provider cannot suspend".
+        let missing = capabilities::published(provider.status.as_ref())
+            .missing(&wants(input, provider).running());
+        if !missing.is_empty() {
+            return Decision::Unschedulable {
+                reason: CAPABILITIES_MISSING,
+                message: format!(
+                    "{}: {} (the machine stays as it is)",
+                    current.provider,
+                    missing.join("; ")
+                ),
+            };
+        }
         return Decision::Keep;
+    }
+    if let Some(refused) = image_refuses_bootstrap(input) {
+        return refused;
     }
 
     let mut rejections: Vec<String> = Vec::new();
@@ -208,10 +237,19 @@ pub fn schedule(input: &Input<'_>) -> Decision {
         }
     };
 
+    let mut incapable = 0;
+    let providers = matching.len();
     for provider in matching {
         let name = provider.metadata.name.clone().unwrap_or_default();
         if let Err(why) = provider_usable(input, provider) {
             rejections.push(format!("{name}: {why}"));
+            continue;
+        }
+        let missing =
+            capabilities::published(provider.status.as_ref()).missing(&wants(input, provider));
+        if !missing.is_empty() {
+            incapable += 1;
+            rejections.push(format!("{name}: {}", missing.join("; ")));
             continue;
         }
         for (domain, topology) in domains_of(provider) {
@@ -249,7 +287,11 @@ pub fn schedule(input: &Input<'_>) -> Decision {
         None => {
             rejections.sort();
             Decision::Unschedulable {
-                reason: "NoFeasibleProvider",
+                reason: if incapable == providers {
+                    CAPABILITIES_MISSING
+                } else {
+                    "NoFeasibleProvider"
+                },
                 message: format!("no Provider fits: {}", rejections.join("; ")),
             }
         }
@@ -314,27 +356,66 @@ fn provider_matches(vm: &VirtualMachine, provider: &Provider) -> bool {
     }
 }
 
-fn still_matches(input: &Input<'_>, current: &ScheduledPlacement) -> bool {
-    let Some(provider) = input
+/// The Provider of `current`, when the placement still matches.
+fn still_matches<'p>(input: &Input<'p>, current: &ScheduledPlacement) -> Option<&'p Provider> {
+    let provider = input
         .providers
         .iter()
-        .find(|p| p.metadata.name.as_deref() == Some(current.provider.as_str()))
-    else {
-        return false;
-    };
+        .find(|p| p.metadata.name.as_deref() == Some(current.provider.as_str()))?;
     if !provider_matches(input.vm, provider) || current.provider_class != Some(provider.spec.class)
     {
-        return false;
+        return None;
     }
     match &input.vm.spec.placement.failure_domain_selector {
-        None => true,
-        Some(selector) => matches(selector, &current.topology),
+        None => Some(provider),
+        Some(selector) => matches(selector, &current.topology).then_some(provider),
     }
+}
+
+/// What `input.vm` asks of `provider`'s backend: its class's firmware, its bootstrap
+/// format, its power state, and the kind of the image's source for the Provider's class.
+pub fn wants(input: &Input<'_>, provider: &Provider) -> Wants {
+    Wants {
+        firmware: Some(input.class.firmware),
+        bootstrap: input.vm.spec.bootstrap.as_ref().map(|b| b.format),
+        power_state: input.vm.spec.power_state,
+        image_source: capabilities::image_source_kind(
+            &input.image.spec.sources,
+            provider.spec.class,
+        ),
+    }
+}
+
+/// A VM whose bootstrap format its image does not declare fits nowhere: the guest
+/// would boot with its bootstrap data ignored. An image declaring no format at all
+/// (`bootstrapFormats: []`) is not checked.
+fn image_refuses_bootstrap(input: &Input<'_>) -> Option<Decision> {
+    let format = input.vm.spec.bootstrap.as_ref()?.format;
+    let declared = &input.image.spec.bootstrap_formats;
+    if declared.is_empty() || declared.contains(&format) {
+        return None;
+    }
+    let names: Vec<&str> = declared
+        .iter()
+        .map(|f| capabilities::bootstrap_format_name(*f))
+        .collect();
+    Some(Decision::Unschedulable {
+        reason: "BootstrapFormatUnsupported",
+        message: format!(
+            "VMImage {:?} declares bootstrapFormats [{}]: it cannot take {} bootstrap data",
+            input.image.metadata.name.as_deref().unwrap_or_default(),
+            names.join(", "),
+            capabilities::bootstrap_format_name(format)
+        ),
+    })
 }
 
 fn provider_usable(input: &Input<'_>, provider: &Provider) -> Result<(), String> {
     if provider.spec.paused {
         return Err("paused".into());
+    }
+    if provider.metadata.deletion_timestamp.is_some() {
+        return Err("being deleted".into());
     }
     let status = provider.status.as_ref();
     if !status.is_some_and(|s| conditions::is_true(&s.conditions, conditions::types::READY)) {

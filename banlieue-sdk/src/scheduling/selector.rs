@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// Whether `labels` satisfy `selector`. An empty selector matches everything; an
-/// unknown operator matches nothing (the apiserver would have rejected it).
+/// unknown operator matches nothing (admission refuses one: the CRD schema makes
+/// `operator` an enum of these four, see `api::common::LabelSelectorSchema`).
 pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
     let labels_match = selector
         .match_labels

@@ -527,3 +527,299 @@ proptest! {
         prop_assert_eq!(counted, decide(&v, &providers, &siblings));
     }
 }
+
+mod capability_checks {
+    use super::*;
+    use crate::api::common::{BootstrapFormat, Firmware, PowerState};
+    use crate::api::provider::{BackendCapabilities, ImageSourceKind};
+    use crate::api::virtual_machine::Bootstrap;
+    use crate::backend::capabilities::{ALL_BOOTSTRAP_FORMATS, ALL_FIRMWARE, ALL_POWER_STATES};
+
+    fn caps(
+        firmware: &[Firmware],
+        bootstrap: &[BootstrapFormat],
+        power: &[PowerState],
+    ) -> BackendCapabilities {
+        BackendCapabilities {
+            firmware: firmware.to_vec(),
+            bootstrap_formats: bootstrap.to_vec(),
+            power_states: power.to_vec(),
+            image_sources: vec![ImageSourceKind::Name],
+            ..Default::default()
+        }
+    }
+
+    fn everything() -> BackendCapabilities {
+        caps(&ALL_FIRMWARE, &ALL_BOOTSTRAP_FORMATS, &ALL_POWER_STATES)
+    }
+
+    fn with_caps(name: &str, caps: Option<BackendCapabilities>) -> Provider {
+        let mut p = sim(name);
+        p.status.as_mut().unwrap().backend_capabilities = caps;
+        p
+    }
+
+    fn asking(
+        firmware: Firmware,
+        bootstrap: Option<BootstrapFormat>,
+        power: PowerState,
+    ) -> (VirtualMachine, VMClassSpec) {
+        let mut v = vm("v", Placement::default());
+        v.spec.power_state = power;
+        v.spec.bootstrap = bootstrap.map(|format| Bootstrap {
+            format,
+            user_data: Some(Default::default()),
+            network_config: None,
+        });
+        let mut c = class();
+        c.firmware = firmware;
+        (v, c)
+    }
+
+    fn run(
+        vm: &VirtualMachine,
+        class: &VMClassSpec,
+        image: &VMImage,
+        providers: &[Provider],
+    ) -> Decision {
+        schedule(&Input {
+            vm,
+            class,
+            image,
+            providers,
+            current: vm.status.as_ref().and_then(|s| s.placement.as_ref()),
+            siblings: &[],
+            loads: None,
+        })
+    }
+
+    fn all_formats(mut image: VMImage) -> VMImage {
+        image.spec.bootstrap_formats = ALL_BOOTSTRAP_FORMATS.to_vec();
+        image
+    }
+
+    /// One Provider: what it publishes, what the VM asks, and the answer (the Provider
+    /// chosen, or the reason and the phrases the message must hold).
+    #[test]
+    fn a_provider_serves_only_what_it_publishes() {
+        use BootstrapFormat::*;
+        use Firmware::*;
+        use PowerState::*;
+        type Case<'a> = (
+            Option<BackendCapabilities>,
+            (Firmware, Option<BootstrapFormat>, PowerState),
+            Result<(), (&'a str, &'a [&'a str])>,
+        );
+        let cases: Vec<Case<'_>> = vec![
+            (
+                Some(everything()),
+                (EfiSecure, Some(Ignition), Suspended),
+                Ok(()),
+            ),
+            (None, (Efi, Some(CloudConfig), PoweredOff), Ok(())),
+            (None, (Bios, None, PoweredOn), Ok(())),
+            (
+                None,
+                (EfiSecure, Some(Ignition), PoweredOn),
+                Err((
+                    CAPABILITIES_MISSING,
+                    &["p: cannot boot efi-secure; cannot deliver ignition"],
+                )),
+            ),
+            (
+                Some(caps(
+                    &[Bios, Efi],
+                    &[CloudConfig, Ignition],
+                    &[PoweredOn, PoweredOff],
+                )),
+                (Efi, Some(Ignition), Suspended),
+                Err((CAPABILITIES_MISSING, &["p: cannot be Suspended"])),
+            ),
+            (
+                Some(caps(&[Efi], &[CloudConfig], &ALL_POWER_STATES)),
+                (Bios, None, PoweredOn),
+                Err((CAPABILITIES_MISSING, &["p: cannot boot bios"])),
+            ),
+            (
+                Some(BackendCapabilities {
+                    image_sources: vec![ImageSourceKind::Template],
+                    ..everything()
+                }),
+                (Efi, None, PoweredOn),
+                Err((
+                    CAPABILITIES_MISSING,
+                    &["p: cannot boot an image from a name"],
+                )),
+            ),
+        ];
+        for (published, (firmware, bootstrap, power), want) in cases {
+            let providers = [with_caps("p", published.clone())];
+            let (v, c) = asking(firmware, bootstrap, power);
+            let image = all_formats(image_on(&providers));
+            let got = run(&v, &c, &image, &providers);
+            let case = format!("{published:?} asked {firmware:?} {bootstrap:?} {power:?}");
+            match (got, want) {
+                (Decision::Place(t), Ok(())) => assert_eq!(t.provider, "p", "{case}"),
+                (Decision::Unschedulable { reason, message }, Err((want_reason, phrases))) => {
+                    assert_eq!(reason, want_reason, "{case}: {message}");
+                    for phrase in phrases {
+                        assert!(
+                            message.contains(phrase),
+                            "{case}: {message:?} lacks {phrase:?}"
+                        );
+                    }
+                }
+                (got, want) => panic!("{case}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_selector_places_on_the_provider_that_can_and_says_why_not_the_others() {
+        let providers = [
+            with_caps("plain", None),
+            with_caps("secure", Some(everything())),
+        ];
+        let (v, c) = asking(
+            Firmware::EfiSecure,
+            Some(BootstrapFormat::Ignition),
+            PowerState::PoweredOn,
+        );
+        let image = all_formats(image_on(&providers));
+        assert_eq!(
+            target_of(run(&v, &c, &image, &providers)).provider,
+            "secure"
+        );
+
+        // Without the capable one: named per Provider, with a reason that says so.
+        let only_plain = [with_caps("plain", None), {
+            let mut p = with_caps("down", Some(everything()));
+            p.status.as_mut().unwrap().conditions.clear();
+            p
+        }];
+        let image = all_formats(image_on(&only_plain));
+        match run(&v, &c, &image, &only_plain) {
+            Decision::Unschedulable { reason, message } => {
+                assert_eq!(reason, "NoFeasibleProvider", "one is only not Ready");
+                assert!(
+                    message.contains("plain: cannot boot efi-secure; cannot deliver ignition")
+                        && message.contains("down: not Ready"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_image_that_declares_only_cloud_config_takes_no_ignition() {
+        let providers = [with_caps("p", Some(everything()))];
+        let (v, c) = asking(
+            Firmware::Efi,
+            Some(BootstrapFormat::Ignition),
+            PowerState::PoweredOn,
+        );
+        let mut image = image_on(&providers);
+        image.spec.bootstrap_formats = vec![BootstrapFormat::CloudConfig];
+        match run(&v, &c, &image, &providers) {
+            Decision::Unschedulable { reason, message } => {
+                assert_eq!(reason, "BootstrapFormatUnsupported");
+                assert!(
+                    message.contains("[cloud-config]") && message.contains("ignition"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Declaring none is not checked; declaring ignition is fine.
+        image.spec.bootstrap_formats = vec![];
+        assert!(matches!(
+            run(&v, &c, &image, &providers),
+            Decision::Place(_)
+        ));
+        image.spec.bootstrap_formats = vec![BootstrapFormat::Ignition];
+        assert!(matches!(
+            run(&v, &c, &image, &providers),
+            Decision::Place(_)
+        ));
+    }
+
+    #[test]
+    fn a_placed_vm_asking_to_suspend_where_it_cannot_stays_and_says_so() {
+        let providers = [with_caps("p", None), with_caps("q", Some(everything()))];
+        let image = all_formats(image_on(&providers));
+        let (v, c) = asking(Firmware::EfiSecure, None, PowerState::PoweredOn);
+        let mut v = placed(
+            v,
+            &Target {
+                provider: "p".into(),
+                class: ProviderClass::Sim,
+                failure_domain: Some("a".into()),
+                topology: BTreeMap::new(),
+            },
+        );
+        // Placed before the Provider lost efi-secure: kept (only power is re-checked).
+        assert_eq!(run(&v, &c, &image, &providers), Decision::Keep);
+        v.spec.power_state = PowerState::Suspended;
+        match run(&v, &c, &image, &providers) {
+            Decision::Unschedulable { reason, message } => {
+                assert_eq!(reason, CAPABILITIES_MISSING);
+                assert!(message.starts_with("p: cannot be Suspended"), "{message}");
+            }
+            other => panic!("never moved to q: {other:?}"),
+        }
+    }
+
+    fn arb_caps() -> impl Strategy<Value = BackendCapabilities> {
+        (
+            proptest::sample::subsequence(ALL_FIRMWARE.to_vec(), 0..=3),
+            proptest::sample::subsequence(ALL_BOOTSTRAP_FORMATS.to_vec(), 0..=2),
+            proptest::sample::subsequence(ALL_POWER_STATES.to_vec(), 0..=3),
+        )
+            .prop_map(|(f, b, p)| caps(&f, &b, &p))
+    }
+
+    proptest! {
+        /// Placed exactly where nothing asked is missing; otherwise every missing thing
+        /// of every Provider is named.
+        #[test]
+        fn placed_only_where_everything_asked_is_published(
+            published in proptest::collection::vec(arb_caps(), 1..4),
+            firmware in proptest::sample::select(ALL_FIRMWARE.to_vec()),
+            bootstrap in proptest::option::of(proptest::sample::select(ALL_BOOTSTRAP_FORMATS.to_vec())),
+            power in proptest::sample::select(ALL_POWER_STATES.to_vec()),
+        ) {
+            let providers: Vec<Provider> = published
+                .iter()
+                .enumerate()
+                .map(|(i, c)| with_caps(&format!("p{i}"), Some(c.clone())))
+                .collect();
+            let (v, c) = asking(firmware, bootstrap, power);
+            let image = all_formats(image_on(&providers));
+            let wants = crate::backend::Wants {
+                firmware: Some(firmware),
+                bootstrap,
+                power_state: power,
+                image_source: Some(ImageSourceKind::Name),
+            };
+            let able: Vec<String> = published
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.missing(&wants).is_empty())
+                .map(|(i, _)| format!("p{i}"))
+                .collect();
+            match run(&v, &c, &image, &providers) {
+                Decision::Place(t) => prop_assert!(able.contains(&t.provider)),
+                Decision::Unschedulable { reason, message } => {
+                    prop_assert!(able.is_empty());
+                    prop_assert_eq!(reason, CAPABILITIES_MISSING);
+                    for (i, c) in published.iter().enumerate() {
+                        let line = format!("p{i}: {}", c.missing(&wants).join("; "));
+                        prop_assert!(message.contains(&line), "{} lacks {}", message, line);
+                    }
+                }
+                Decision::Keep => prop_assert!(false, "never placed"),
+            }
+        }
+    }
+}

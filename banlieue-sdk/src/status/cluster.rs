@@ -1,6 +1,7 @@
 //! InfraCluster status from the Providers it spans.
 //!
-//! `Ready` reasons: `Ready`; `ProvidersNotReady` (none of the Providers is Ready);
+//! `Ready` reasons: `Ready`; `NoProviders` (no Provider is selected at all);
+//! `ProvidersNotReady` (none of the Providers is Ready);
 //! `NoFailureDomains` (Ready Providers, but nothing to publish after the selectors);
 //! `ProviderNotFound` (a `providerRefs` entry names no Provider; the others still
 //! count); `Paused`. `provisioned` becomes true with the first published failure
@@ -10,6 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::infra::{ClusterStatus, FailureDomain, Initialization};
 use crate::conditions::{self, Desired, Status, types};
+
+/// The `Ready` reason of an InfraCluster that no Provider is selected for.
+pub const NO_PROVIDERS: &str = "NoProviders";
 
 /// What the InfraCluster controller learned in one reconcile.
 #[derive(Clone, Copy, Debug)]
@@ -90,11 +94,24 @@ pub fn compute(
                     "ProviderNotFound",
                     format!("no Provider named {}", missing.join(", ")),
                 )
+            } else if providers == 0 {
+                (
+                    Status::False,
+                    NO_PROVIDERS,
+                    "no Provider is selected: none in this namespace matches \
+                     spec.providerSelector (or, without a selector, builds this cluster's \
+                     machine kind); create one, or fix the selector or spec.providerRefs"
+                        .to_owned(),
+                )
             } else if ready_providers == 0 {
                 (
                     Status::False,
                     "ProvidersNotReady",
-                    format!("none of the {providers} Provider(s) is Ready"),
+                    if providers == 1 {
+                        "its only Provider is not Ready".to_owned()
+                    } else {
+                        format!("none of its {providers} Providers is Ready")
+                    },
                 )
             } else if failure_domains.is_empty() {
                 (
@@ -187,6 +204,25 @@ mod tests {
         assert_eq!(
             (ready.reason.as_str(), ready.message.as_str()),
             ("ProviderNotFound", "no Provider named vc3")
+        );
+        let none = compute(
+            None,
+            None,
+            ClusterOutcome::Aggregated {
+                failure_domains: &[],
+                providers: 0,
+                ready_providers: 0,
+                missing: &[],
+                left_out: 0,
+            },
+            &now(1),
+        );
+        let ready = conditions::get(&none.conditions, "Ready").unwrap();
+        assert_eq!(ready.reason, NO_PROVIDERS, "not `none of the 0 Providers`");
+        assert!(
+            ready.message.contains("no Provider is selected"),
+            "{}",
+            ready.message
         );
         let s = compute(None, None, aggregated(&[], 1, &[]), &now(1));
         assert_eq!(

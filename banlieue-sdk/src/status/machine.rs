@@ -5,7 +5,9 @@
 //! (`ProviderNotFound`, `ProviderNotReady`, `BootstrapDataNotFound`, ...); a transient
 //! backend reason (`Unreachable`, ...) while banlieue retries; and **`TerminalFailure`**
 //! (message `<backend reason>: <backend message>`) when retrying cannot help until the
-//! spec or the backend changes; **`DeleteFailed`** (same message) while the backend
+//! spec or the backend changes (among them `ProviderIDMismatch`: `spec.providerID`
+//! names another machine than the backend's for this UID, which banlieue neither
+//! patches, the field being immutable, nor adopts); **`DeleteFailed`** (same message) while the backend
 //! refuses to delete the VM of a machine being deleted, which keeps its finalizer.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -102,8 +104,15 @@ pub fn compute(
                     Status::False,
                     "PowerStateMismatch".to_owned(),
                     format!(
-                        "want {desired_power:?}, backend reports {:?}",
-                        observation.power_state
+                        "want {}, {}",
+                        super::virtual_machine::power_name(desired_power),
+                        match observation.power_state {
+                            Some(p) => format!(
+                                "the backend reports {}",
+                                super::virtual_machine::power_name(p)
+                            ),
+                            None => "the backend reports no power state".to_owned(),
+                        }
                     ),
                 )
             };
@@ -257,6 +266,10 @@ mod tests {
             &now(1),
         );
         assert_eq!(ready(&s), ("False", "PowerStateMismatch"));
+        assert_eq!(
+            conditions::get(&s.conditions, "Ready").unwrap().message,
+            "want PoweredOff, the backend reports PoweredOn"
+        );
         let p = compute(
             Some(&s),
             PowerState::PoweredOff,

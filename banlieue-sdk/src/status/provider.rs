@@ -3,7 +3,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::provider::{ClassMapping, DiscoveredFailureDomain, ProviderSpec, ProviderStatus};
-use crate::backend::{FailureDomainInventory, Inventory};
+use crate::backend::{BackendCapabilities, FailureDomainInventory, Inventory};
 use crate::conditions::{self, Desired, Status, types};
 
 /// Why a Provider could not be checked.
@@ -15,20 +15,28 @@ pub struct Unreachable {
     pub message: String,
 }
 
-/// The status after a check.
+/// The status after a check: `result` is the backend's inventory and what it
+/// declares it can do ([`Backend::capabilities`](crate::backend::Backend::capabilities)),
+/// published narrowed by the Provider's `capabilities.*` settings.
 pub fn compute(
     previous: Option<&ProviderStatus>,
     spec: &ProviderSpec,
     generation: Option<i64>,
-    result: Result<&Inventory, &Unreachable>,
+    result: Result<(&Inventory, &BackendCapabilities), &Unreachable>,
     now: &Time,
 ) -> ProviderStatus {
     let mut status = previous.cloned().unwrap_or_default();
     status.observed_generation = generation;
     match result {
-        Ok(inventory) => {
+        Ok((inventory, capabilities)) => {
             status.version = Some(inventory.version.clone()).filter(|v| !v.is_empty());
             status.failure_domains = failure_domains(spec, inventory);
+            let narrowed = capabilities.clone().narrowed(&spec.settings);
+            status.backend_capabilities = Some(match &narrowed {
+                Ok(c) => c.clone(),
+                // A bad setting narrows nothing, and Ready says which one it is.
+                Err(_) => capabilities.clone(),
+            });
             conditions::set(
                 &mut status.conditions,
                 Desired::new(types::REACHABLE, Status::True, "Connected"),
@@ -37,11 +45,13 @@ pub fn compute(
             );
             let (ready, reason, message) = if spec.paused {
                 (Status::False, "Paused", "spec.paused is set".to_owned())
+            } else if let Err(bad) = &narrowed {
+                (Status::False, "InvalidSettings", bad.clone())
             } else if status.failure_domains.is_empty() && !inventory.failure_domains.is_empty() {
                 (
                     Status::False,
                     "NoFailureDomains",
-                    "none of the declared failure domains exists on the backend".to_owned(),
+                    no_failure_domains(spec, inventory),
                 )
             } else {
                 (Status::True, "Ready", String::new())
@@ -72,6 +82,32 @@ pub fn compute(
         }
     }
     status
+}
+
+/// Which declared failure domains were looked for, and which the backend has.
+fn no_failure_domains(spec: &ProviderSpec, inventory: &Inventory) -> String {
+    let declared: Vec<String> = spec
+        .failure_domains
+        .iter()
+        .map(|d| {
+            if d.location.is_empty() {
+                format!("{:?}", d.name)
+            } else {
+                let at: Vec<String> = d.location.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("{:?} ({})", d.name, at.join(", "))
+            }
+        })
+        .collect();
+    let found: Vec<String> = inventory
+        .failure_domains
+        .iter()
+        .map(|fd| format!("{:?}", fd.name))
+        .collect();
+    format!(
+        "none of the declared failure domains exists on the backend: declared {}; the backend has {}",
+        declared.join(", "),
+        found.join(", ")
+    )
 }
 
 /// Declared failure domains (spec) win over discovered ones by name; each gets the
@@ -134,6 +170,10 @@ mod tests {
     use crate::api::provider::{Capabilities, Connection, DeclaredFailureDomain};
     use k8s_openapi::jiff::Timestamp;
 
+    fn conservative() -> BackendCapabilities {
+        BackendCapabilities::conservative()
+    }
+
     fn now(s: i64) -> Time {
         Time(Timestamp::from_second(s).unwrap())
     }
@@ -183,7 +223,13 @@ mod tests {
 
     #[test]
     fn classes_are_offered_where_their_targets_exist() {
-        let status = compute(None, &spec(), Some(1), Ok(&inventory()), &now(1));
+        let status = compute(
+            None,
+            &spec(),
+            Some(1),
+            Ok((&inventory(), &conservative())),
+            &now(1),
+        );
         let a = &status.failure_domains[0];
         assert_eq!(
             (a.storage_classes.clone(), a.network_classes.clone()),
@@ -203,11 +249,23 @@ mod tests {
             labels: BTreeMap::from([("zone".into(), "1".into())]),
             location: BTreeMap::new(),
         }];
-        let status = compute(None, &spec, Some(1), Ok(&inventory()), &now(1));
+        let status = compute(
+            None,
+            &spec,
+            Some(1),
+            Ok((&inventory(), &conservative())),
+            &now(1),
+        );
         assert!(status.failure_domains.is_empty());
         assert!(!conditions::is_true(&status.conditions, "Ready"));
         spec.failure_domains[0].name = "a".into();
-        let status = compute(None, &spec, Some(1), Ok(&inventory()), &now(1));
+        let status = compute(
+            None,
+            &spec,
+            Some(1),
+            Ok((&inventory(), &conservative())),
+            &now(1),
+        );
         assert_eq!(
             status.failure_domains[0]
                 .labels
@@ -218,8 +276,70 @@ mod tests {
     }
 
     #[test]
+    fn no_failure_domains_names_them() {
+        let mut spec = spec();
+        spec.failure_domains = vec![DeclaredFailureDomain {
+            name: "zone-1".into(),
+            labels: BTreeMap::new(),
+            location: BTreeMap::from([("host".into(), "h9".into())]),
+        }];
+        let status = compute(
+            None,
+            &spec,
+            Some(1),
+            Ok((&inventory(), &conservative())),
+            &now(1),
+        );
+        let ready = conditions::get(&status.conditions, "Ready").unwrap();
+        assert_eq!(ready.reason, "NoFailureDomains");
+        assert!(
+            ready.message.contains("\"zone-1\" (host=h9)")
+                && ready.message.contains("the backend has \"a\", \"b\""),
+            "{}",
+            ready.message
+        );
+    }
+
+    #[test]
+    fn capabilities_are_published_narrowed_by_settings() {
+        use crate::api::common::{Firmware, PowerState};
+        let mut all = conservative();
+        all.firmware.push(Firmware::EfiSecure);
+        all.power_states.push(PowerState::Suspended);
+        let mut spec = spec();
+        spec.settings.insert(
+            crate::backend::capabilities::SECURE_BOOT_SETTING.into(),
+            "false".into(),
+        );
+        let status = compute(None, &spec, Some(1), Ok((&inventory(), &all)), &now(1));
+        let published = status.backend_capabilities.clone().unwrap();
+        assert!(!published.firmware.contains(&Firmware::EfiSecure));
+        assert!(published.power_states.contains(&PowerState::Suspended));
+        assert!(conditions::is_true(&status.conditions, "Ready"));
+
+        spec.settings.insert(
+            crate::backend::capabilities::SUSPEND_SETTING.into(),
+            "nope".into(),
+        );
+        let status = compute(None, &spec, Some(1), Ok((&inventory(), &all)), &now(1));
+        let ready = conditions::get(&status.conditions, "Ready").unwrap();
+        assert_eq!(ready.reason, "InvalidSettings");
+        assert!(
+            ready.message.contains("capabilities.suspend"),
+            "{}",
+            ready.message
+        );
+    }
+
+    #[test]
     fn unreachable_keeps_inventory_and_is_idempotent() {
-        let ok = compute(None, &spec(), Some(1), Ok(&inventory()), &now(1));
+        let ok = compute(
+            None,
+            &spec(),
+            Some(1),
+            Ok((&inventory(), &conservative())),
+            &now(1),
+        );
         let failure = Unreachable {
             reason: "Unreachable".into(),
             message: "connection refused".into(),

@@ -135,15 +135,33 @@ pub fn compute(
     }
 
     let infra_ready = mirror_infra(&mut status, input.infra, moving);
-    match infra_ready {
-        Some((ready, reason, message)) => {
+    match (infra_ready, input.waiting) {
+        // The machine cannot be updated until what is missing comes back: say that,
+        // not what the machine said before (it may be a cause fixed since, which the
+        // machine learns only once it is updated).
+        (Some((_, reason, message)), Some((waiting, why))) => {
+            let message = if message.is_empty() {
+                format!(
+                    "{why}; the infrastructure machine is not updated until then (it reports {reason})"
+                )
+            } else {
+                format!(
+                    "{why}; the infrastructure machine is not updated until then (it reports {reason}: {message})"
+                )
+            };
+            set(
+                &mut status,
+                Desired::new(types::INFRASTRUCTURE_READY, Status::False, waiting).message(&message),
+            );
+        }
+        (Some((ready, reason, message)), None) => {
             set(
                 &mut status,
                 Desired::new(types::INFRASTRUCTURE_READY, ready, &reason).message(&message),
             );
         }
-        None => {
-            let (reason, message) = input.waiting.unwrap_or(("WaitingForInfrastructure", ""));
+        (None, waiting) => {
+            let (reason, message) = waiting.unwrap_or(("WaitingForInfrastructure", ""));
             set(
                 &mut status,
                 Desired::new(types::INFRASTRUCTURE_READY, Status::False, reason).message(message),
@@ -153,8 +171,12 @@ pub fn compute(
 
     let power_ok = status.power_state == Some(input.desired_power);
     let power_message = format!(
-        "want {:?}, observed {:?}",
-        input.desired_power, status.power_state
+        "want {}, {}",
+        power_name(input.desired_power),
+        match status.power_state {
+            Some(p) => format!("observed {}", power_name(p)),
+            None => "no power state observed yet".to_owned(),
+        }
     );
     set(
         &mut status,
@@ -181,6 +203,15 @@ pub fn compute(
     );
     status.phase = Some(phase(&status, input, scheduled));
     status
+}
+
+/// A power state as the API spells it.
+pub(crate) fn power_name(state: PowerState) -> &'static str {
+    match state {
+        PowerState::PoweredOn => "PoweredOn",
+        PowerState::PoweredOff => "PoweredOff",
+        PowerState::Suspended => "Suspended",
+    }
 }
 
 fn same_place(a: &ScheduledPlacement, b: &ScheduledPlacement) -> bool {
@@ -252,7 +283,10 @@ fn phase(status: &VirtualMachineStatus, input: &Input<'_>, scheduled: bool) -> V
         VirtualMachinePhase::Deleting
     } else if input.migration.is_some_and(|m| m.moving) {
         VirtualMachinePhase::Migrating
-    } else if !scheduled {
+    } else if !scheduled && status.infrastructure_ref.is_none() {
+        // Not placed and nothing built. A VM whose machine exists but that cannot be
+        // placed again (its class or image deleted, say) still runs where it is: its
+        // phase follows the machine, `Scheduled` says why it cannot be changed.
         VirtualMachinePhase::Pending
     } else if infra_reason == Some(TERMINAL_FAILURE) {
         VirtualMachinePhase::Failed
@@ -530,5 +564,136 @@ mod tests {
         for (case, previous, input, want) in table {
             assert_eq!(worth_writing(previous, &input), want, "{case}");
         }
+    }
+    #[test]
+    fn what_blocks_the_machine_is_shown_not_what_the_machine_said_before() {
+        let p = placement();
+        let r = reference();
+        let mut m = machine_ready();
+        conditions::set(
+            &mut m.conditions,
+            Desired::new("Ready", Status::False, TERMINAL_FAILURE)
+                .message("TemplateNotFound: no template debian"),
+            Some(1),
+            &now(1),
+        );
+        let input = Input {
+            generation: Some(2),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Placed(&p),
+            infra: Some(Infra {
+                reference: &r,
+                provider_id: Some("libvirt://x"),
+                status: Some(&m),
+            }),
+            migration: None,
+            waiting: Some(("BootstrapDataNotFound", "bootstrap Secret ud not found")),
+            deleting: false,
+        };
+        let s = compute(None, &input, &now(2));
+        let infra = conditions::get(&s.conditions, "InfrastructureReady").unwrap();
+        assert_eq!(
+            (infra.status.as_str(), infra.reason.as_str()),
+            ("False", "BootstrapDataNotFound")
+        );
+        assert!(
+            infra.message.starts_with("bootstrap Secret ud not found; "),
+            "{}",
+            infra.message
+        );
+        assert!(
+            infra.message.contains("TemplateNotFound"),
+            "what the machine says is kept as context: {}",
+            infra.message
+        );
+        let fixed = compute(
+            Some(&s),
+            &Input {
+                waiting: None,
+                infra: Some(Infra {
+                    status: Some(&machine_ready()),
+                    ..input.infra.unwrap()
+                }),
+                ..input
+            },
+            &now(3),
+        );
+        let infra = conditions::get(&fixed.conditions, "InfrastructureReady").unwrap();
+        assert_eq!(
+            (infra.reason.as_str(), infra.message.as_str()),
+            ("Ready", "")
+        );
+    }
+
+    #[test]
+    fn a_running_vm_whose_class_is_gone_stays_running() {
+        let r = reference();
+        let m = machine_ready();
+        let input = Input {
+            generation: Some(2),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Unschedulable {
+                reason: "ClassNotFound",
+                message: "VMClass small not found",
+            },
+            infra: Some(Infra {
+                reference: &r,
+                provider_id: Some("libvirt://x"),
+                status: Some(&m),
+            }),
+            migration: None,
+            waiting: None,
+            deleting: false,
+        };
+        let s = compute(None, &input, &now(1));
+        assert_eq!(s.phase, Some(VirtualMachinePhase::Running));
+        let scheduled = conditions::get(&s.conditions, "Scheduled").unwrap();
+        assert_eq!(scheduled.reason, "ClassNotFound");
+        assert!(!conditions::is_true(&s.conditions, "Ready"));
+        let nothing_built = compute(
+            None,
+            &Input {
+                infra: None,
+                ..input
+            },
+            &now(1),
+        );
+        assert_eq!(nothing_built.phase, Some(VirtualMachinePhase::Pending));
+    }
+
+    #[test]
+    fn power_messages_read_as_the_api_spells_them() {
+        let p = placement();
+        let input = Input {
+            generation: Some(1),
+            desired_power: PowerState::PoweredOff,
+            scheduling: Scheduling::Placed(&p),
+            infra: None,
+            migration: None,
+            waiting: None,
+            deleting: false,
+        };
+        let s = compute(None, &input, &now(1));
+        let power = conditions::get(&s.conditions, "PowerState").unwrap();
+        assert_eq!(
+            power.message,
+            "want PoweredOff, no power state observed yet"
+        );
+        let r = reference();
+        let m = machine_ready();
+        let s = compute(
+            None,
+            &Input {
+                infra: Some(Infra {
+                    reference: &r,
+                    provider_id: Some("libvirt://x"),
+                    status: Some(&m),
+                }),
+                ..input
+            },
+            &now(1),
+        );
+        let power = conditions::get(&s.conditions, "PowerState").unwrap();
+        assert_eq!(power.message, "want PoweredOff, observed PoweredOn");
     }
 }

@@ -90,6 +90,22 @@ impl Operator {
         }
     }
 
+    /// The client settings the operator logged at startup (`qps=500.0 burst=1000
+    /// adaptive=true`): what it ran with, defaults included, whatever the flags said.
+    pub fn client_settings(&self) -> Option<String> {
+        let log = std::fs::read_to_string(&self.log).ok()?;
+        let line = log.lines().find(|l| l.contains("kubernetes client"))?;
+        let fields: Vec<&str> = line
+            .split_whitespace()
+            .filter(|f| {
+                ["qps=", "burst=", "adaptive="]
+                    .iter()
+                    .any(|k| f.starts_with(k))
+            })
+            .collect();
+        (!fields.is_empty()).then(|| fields.join(" "))
+    }
+
     /// The sum of `banlieue_api_writes_total` over all controllers, as the operator
     /// counts its own writes (a cross-check of the audit log).
     pub async fn writes_total(&self) -> Option<f64> {

@@ -162,16 +162,7 @@ fn write_setup(md: &mut String, results: &[SizeResult]) {
          deleted at once and followed until gone.",
         r.latency, r.concurrency, r.idle_seconds
     );
-    let _ = writeln!(
-        md,
-        "- Operator flags: `{}` (everything else at its defaults, e.g. `--sync-period=10m`, \
-         16 VirtualMachine and 16 machine workers).",
-        if r.operator_args.is_empty() {
-            "(none)".to_owned()
-        } else {
-            r.operator_args.join(" ")
-        }
-    );
+    let _ = writeln!(md, "- {}", operator_flags(r));
     let _ = writeln!(
         md,
         "- kube-apiserver: the harness's flags plus the audit log (`--audit-policy-file`, \
@@ -223,6 +214,25 @@ fn write_setup(md: &mut String, results: &[SizeResult]) {
              which stays comparable when the machine's load varies, unlike wall time.\n"
         );
     }
+}
+
+/// The operator's flags, and the client settings it logged (the shipped defaults unless
+/// the flags set them).
+fn operator_flags(r: &SizeResult) -> String {
+    let flags = if r.operator_args.is_empty() {
+        "none beyond the kubeconfig and the probe and metrics addresses: the shipped \
+         defaults, as a user who installs the Deployment gets them"
+            .to_owned()
+    } else {
+        format!("`{}`", r.operator_args.join(" "))
+    };
+    let client = r.operator_client.as_deref().map_or(String::new(), |c| {
+        format!("; the operator logged its Kubernetes client as `{c}`")
+    });
+    format!(
+        "Operator flags: {flags}{client} (everything else at its defaults, e.g. \
+         `--sync-period=10m`, 16 VirtualMachine and 16 machine workers)."
+    )
 }
 
 fn write_minimum(md: &mut String) {

@@ -23,6 +23,11 @@ pub struct SizeResult {
     pub concurrency: usize,
     /// Flags passed to `banlieue run` beyond kubeconfig, probe and metrics addresses.
     pub operator_args: Vec<String>,
+    /// The client settings the operator logged (`qps=... burst=... adaptive=...`), i.e.
+    /// the shipped defaults when `operator_args` does not set them (first pair; absent in
+    /// older results).
+    #[serde(default)]
+    pub operator_client: Option<String>,
     /// Flags passed to kube-apiserver beyond the harness's and the audit log's.
     pub apiserver_args: Vec<String>,
     /// Ready VirtualMachines over time, from the start of the creates (first pair).

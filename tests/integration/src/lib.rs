@@ -8,6 +8,7 @@ pub mod crashable;
 pub mod fakepve;
 pub mod fixtures;
 pub mod libvirt;
+pub mod messages;
 pub mod operator;
 pub mod vcsim;
 

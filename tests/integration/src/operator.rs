@@ -21,6 +21,10 @@ pub struct Operator {
     /// Cache-sync state.
     pub readiness: Readiness,
     stop: Option<oneshot::Sender<()>>,
+    /// The namespace whose messages are checked on drop (see [`crate::messages`]), and
+    /// a client of its control plane.
+    namespace: String,
+    client: Client,
 }
 
 impl Operator {
@@ -53,6 +57,7 @@ impl Operator {
             concurrency: Concurrency::default(),
             ..Settings::default()
         };
+        let checker = client.clone();
         let readiness = Readiness::default();
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = async move {
@@ -70,6 +75,8 @@ impl Operator {
             sim,
             readiness,
             stop: Some(stop),
+            namespace: namespace.to_owned(),
+            client: checker,
         }
     }
 }
@@ -79,6 +86,39 @@ impl Drop for Operator {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        // Every message the scenario produced must read as prose. The check runs on a
+        // thread of its own (this may run inside the test's runtime, which cannot block
+        // on a request), through the test's client, served by the test runtime's workers:
+        // only a multi-threaded runtime has workers free while this thread waits.
+        let served = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if std::thread::panicking() || self.namespace.is_empty() || !served {
+            return;
+        }
+        let namespace = std::mem::take(&mut self.namespace);
+        let client = self.client.clone();
+        let found = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the message check");
+            runtime.block_on(async {
+                // A control plane stopped by the test answers nothing: no check then.
+                tokio::time::timeout(
+                    Duration::from_secs(20),
+                    crate::messages::debug_texts(&client, &namespace),
+                )
+                .await
+                .unwrap_or_default()
+            })
+        })
+        .join()
+        .expect("the message check");
+        assert!(
+            found.is_empty(),
+            "messages for users show Rust debug formatting:\n  {}",
+            found.join("\n  ")
+        );
     }
 }
 

@@ -307,16 +307,32 @@ async fn deletion_removes_the_infra_machine_and_the_backend_vm() {
         "backend VM gone before the finalizer went"
     );
 
-    // With its Provider gone, deleting a VM does not hang (the backend VM is reported left behind).
+    // A Provider with a machine on it waits for it: deleting the VM afterwards still
+    // reaches the backend, and then the Provider goes.
     let providers: Api<Provider> = ns.api();
     providers
         .delete("sim", &DeleteParams::default())
         .await
         .unwrap();
-    wait_gone(&providers, "sim", WAIT).await;
+    let blocked = wait_for(&providers, "sim", WAIT, |p| {
+        p.status.as_ref().is_some_and(|s| {
+            conditions::get(&s.conditions, "Ready").is_some_and(|c| c.reason == "DeletionBlocked")
+        })
+    })
+    .await;
+    let status = blocked.status.unwrap();
+    let message = &conditions::get(&status.conditions, "Ready")
+        .unwrap()
+        .message;
+    assert!(message.contains("LibvirtMachine/b"), "{message}");
     vms.delete("b", &DeleteParams::default()).await.unwrap();
     wait_gone(&vms, "b", WAIT).await;
     assert!(machines.get_opt("b").await.unwrap().is_none());
+    assert!(
+        operator.sim.machines(&endpoint).is_empty(),
+        "the last backend VM was deleted through the Provider"
+    );
+    wait_gone(&providers, "sim", WAIT).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,7 @@
 // Then it reads one JSON command per line on stdin and answers one JSON line on stdout
 // ({"ok": true, ...} or {"ok": false, "error": "..."}). Commands ("cmd"):
 //
-//	vms                              every VM: name, moref, biosUUID, instanceUUID, power, template, cpus, memoryMB, extraConfig, ip, pool, nics, diskKB (the first disk), disksKB, diskFiles (each disk's backing file), diskPaths (where each is on this host)
+//	vms                              every VM: name, moref, biosUUID, instanceUUID, power, template, cpus, memoryMB, extraConfig, firmware, secureBoot, ip, pool, nics, diskKB (the first disk), disksKB, diskFiles (each disk's backing file), diskPaths (where each is on this host)
 //	sessions                         the vCenter sessions (the harness's own left out)
 //	terminate_sessions               end every session (as an expiry would)
 //	fail_task {method, message, times}   the next calls of a *_Task method start a task that fails with message
@@ -443,8 +443,13 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 	for _, vm := range v {
 		extra := map[string]string{}
 		cpus, mem, template, uuid, instanceUUID := int32(0), int32(0), false, "", ""
+		firmware, secureBoot := "", false
 		if vm.Config != nil {
 			instanceUUID = vm.Config.InstanceUuid
+			firmware = vm.Config.Firmware
+			if b := vm.Config.BootOptions; b != nil && b.EfiSecureBootEnabled != nil {
+				secureBoot = *b.EfiSecureBootEnabled
+			}
 			for _, o := range vm.Config.ExtraConfig {
 				ov := o.GetOptionValue()
 				extra[ov.Key] = fmt.Sprint(ov.Value)
@@ -494,7 +499,7 @@ func listVMs(ctx context.Context, c *govmomi.Client) ([]map[string]any, error) {
 		}
 		out = append(out, map[string]any{
 			"name": vm.Name, "moref": vm.Self.Value, "biosUUID": uuid, "instanceUUID": instanceUUID, "power": string(vm.Runtime.PowerState),
-			"template": template, "cpus": cpus, "memoryMB": mem, "extraConfig": extra,
+			"template": template, "cpus": cpus, "memoryMB": mem, "extraConfig": extra, "firmware": firmware, "secureBoot": secureBoot,
 			"ip": ip, "pool": pool, "nics": nics, "diskKB": diskKB, "disksKB": disksKB, "diskFiles": diskFiles, "diskPaths": diskPaths,
 		})
 	}

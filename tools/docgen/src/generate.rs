@@ -16,6 +16,10 @@ fn pages(src: &Path) -> anyhow::Result<BTreeMap<String, String>> {
     let mut pages = api_reference::render_all()?;
     let repo = src.join("../../..");
     pages.extend(crate::crate_docs::render_all(&repo)?);
+    pages.insert(
+        crate::capabilities::PAGE.to_owned(),
+        crate::capabilities::render(),
+    );
     Ok(pages)
 }
 

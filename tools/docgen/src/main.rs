@@ -9,6 +9,7 @@
 //! generates, the way `make crds-check` does for `deploy/crds/`.
 
 mod api_reference;
+mod capabilities;
 mod crate_docs;
 mod generate;
 mod includes;

@@ -32,7 +32,7 @@ fn format_of(record: &Record, disk: &Value) -> Result<DiskFormat, BackendError> 
     match disk["image_type"].as_str() {
         Some("Qcow2") => Ok(DiskFormat::Qcow2),
         Some("Raw") | None => Ok(DiskFormat::Raw),
-        Some(other) => Err(corrupt(record, &format!("has a disk of type {other:?}"))),
+        Some(other) => Err(corrupt(record, &format!("has a disk of type {other}"))),
     }
 }
 
@@ -54,7 +54,7 @@ pub fn disk_files(record: &Record) -> Result<Vec<DiskFile>, BackendError> {
         };
         let path = disk["path"]
             .as_str()
-            .ok_or_else(|| corrupt(record, &format!("names no file for disk {id:?}")))?;
+            .ok_or_else(|| corrupt(record, &format!("names no file for disk {id}")))?;
         out.push(DiskFile {
             name,
             path: PathBuf::from(path),

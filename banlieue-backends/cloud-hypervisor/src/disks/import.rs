@@ -46,7 +46,7 @@ pub fn plan<'a>(
             return Err(BackendError::terminal(
                 "UnsupportedDiskFormat",
                 format!(
-                    "disk {:?} is {}; Cloud Hypervisor imports raw",
+                    "disk {} is {}; Cloud Hypervisor imports raw",
                     disk.name, disk.format
                 ),
             ));
@@ -54,14 +54,14 @@ pub fn plan<'a>(
         if !seen.insert(disk.name.as_str()) {
             return Err(BackendError::terminal(
                 "DuplicateDisk",
-                format!("disk {:?} is staged twice", disk.name),
+                format!("disk {} is staged twice", disk.name),
             ));
         }
         let Some((_, file)) = targets.iter().find(|(name, _)| *name == disk.name) else {
             return Err(BackendError::terminal(
                 "DiskNotInSpec",
                 format!(
-                    "disk {:?} has no place on the machine: its spec has no such additional disk",
+                    "disk {} has no place on the machine: its spec has no such additional disk",
                     disk.name
                 ),
             ));
@@ -71,7 +71,7 @@ pub fn plan<'a>(
     if let Some((name, _)) = targets.iter().find(|(n, _)| !seen.contains(n.as_str())) {
         return Err(BackendError::terminal(
             "DiskNotStaged",
-            format!("the machine's disk {name:?} is not among the disks to import"),
+            format!("the machine's disk {name} is not among the disks to import"),
         ));
     }
     Ok(out)
@@ -135,7 +135,7 @@ pub fn check(dir: &VmDir, spec: &CloudHypervisorMachineSpec) -> Result<Vec<PathB
                 Err(BackendError::terminal(
                     "ImportedDiskMissing",
                     format!(
-                        "the imported disk {name:?} ({}) is not there; it is never made from the image instead",
+                        "the imported disk {name} ({}) is not there; it is never made from the image instead",
                         path.display()
                     ),
                 ))

@@ -76,10 +76,10 @@ fn backing_volume(conn: &Connect, path: &str, what: &str) -> Result<StorageVol, 
         if is_not_found(&e) {
             BackendError::terminal(
                 "BackingVolumeNotFound",
-                format!("{what}'s backing file {path:?} is not a volume of any pool"),
+                format!("{what}'s backing file {path} is not a volume of any pool"),
             )
         } else {
-            classify(&format!("looking up {what}'s backing file {path:?}"), &e)
+            classify(&format!("looking up {what}'s backing file {path}"), &e)
         }
     })
 }

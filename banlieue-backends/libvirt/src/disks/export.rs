@@ -69,7 +69,7 @@ fn machine_disks(
             BackendError::terminal(
                 "VolumeNotFound",
                 format!(
-                    "disk {name:?}: volume {:?} of pool {:?} is gone",
+                    "disk {name}: volume {} of pool {} is gone",
                     at.name, at.pool
                 ),
             )
@@ -86,7 +86,7 @@ fn stopped(dom: &Domain) -> Result<(), BackendError> {
     }
     Err(BackendError::transient(
         "MachineRunning",
-        format!("the domain is {now:?}: its disks are only exported once it is shut off"),
+        format!("the domain is {now}: its disks are only exported once it is shut off"),
     ))
 }
 
@@ -127,7 +127,7 @@ pub fn export_size(
     };
     let mut total = 0u64;
     for (name, vol) in machine_disks(&conn, &dom, &uid)? {
-        let what = format!("disk {name:?}");
+        let what = format!("disk {name}");
         let cap = capacity(&vol, &what)?;
         let layers = chain::chain(&conn, vol, &what)?;
         total += if needs_flatten(&layers) {
@@ -175,7 +175,7 @@ fn stage(
     vol: StorageVol,
     staging: &Path,
 ) -> Result<StagedDisk, BackendError> {
-    let what = format!("disk {name:?}");
+    let what = format!("disk {name}");
     let virtual_bytes = capacity(&vol, &what)?;
     let path = staging.join(format!("{name}.{}", DiskFormat::Qcow2));
     let layers = chain::chain(conn, vol, &what)?;
@@ -221,7 +221,7 @@ fn flatten(
     let paths: Vec<PathBuf> = files.iter().map(|f| staging.join(f)).collect();
     let result = (|| {
         for (i, layer) in layers.iter().enumerate() {
-            let what = format!("layer {i} of disk {name:?}");
+            let what = format!("layer {i} of disk {name}");
             download(conn, &layer.vol, &what, &paths[i])?;
         }
         for i in 0..layers.len() - 1 {

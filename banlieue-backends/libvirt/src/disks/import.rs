@@ -51,7 +51,7 @@ pub fn plan<'a>(
             return Err(BackendError::terminal(
                 "UnsupportedDiskFormat",
                 format!(
-                    "disk {:?} is {}; libvirt imports qcow2",
+                    "disk {} is {}; libvirt imports qcow2",
                     disk.name, disk.format
                 ),
             ));
@@ -59,14 +59,14 @@ pub fn plan<'a>(
         if !seen.insert(disk.name.as_str()) {
             return Err(BackendError::terminal(
                 "DuplicateDisk",
-                format!("disk {:?} is staged twice", disk.name),
+                format!("disk {} is staged twice", disk.name),
             ));
         }
         let Some((_, at)) = targets.iter().find(|(name, _)| *name == disk.name) else {
             return Err(BackendError::terminal(
                 "DiskNotInSpec",
                 format!(
-                    "disk {:?} has no place on the machine: its spec has no such additional disk",
+                    "disk {} has no place on the machine: its spec has no such additional disk",
                     disk.name
                 ),
             ));
@@ -76,7 +76,7 @@ pub fn plan<'a>(
     if let Some((name, _)) = targets.iter().find(|(n, _)| !seen.contains(n.as_str())) {
         return Err(BackendError::terminal(
             "DiskNotStaged",
-            format!("the machine's disk {name:?} is not among the disks to import"),
+            format!("the machine's disk {name} is not among the disks to import"),
         ));
     }
     Ok(out)
@@ -116,7 +116,7 @@ fn put(conn: &Connect, disk: &StagedDisk, at: &VolumeRef) -> Result<(), BackendE
     let len = file.metadata().map_err(|e| io("reading", e))?.len();
     let pool = volumes::pool(conn, &at.pool)?;
     let vol = volumes::recreate_qcow2(&pool, &at.name, disk.virtual_bytes)?;
-    let what = format!("disk {:?} to volume {:?}", disk.name, at.name);
+    let what = format!("disk {} to volume {}", disk.name, at.name);
     transfer::upload(conn, &vol, &what, file, len)?;
     tracing::info!(disk = %disk.name, volume = %at.name, pool = %at.pool, "imported disk");
     Ok(())
@@ -139,7 +139,7 @@ pub fn imported(
             return Err(BackendError::terminal(
                 "ImportedDiskMissing",
                 format!(
-                    "the imported disk {name:?} (volume {:?} in pool {:?}) is not there; it is never made from the image instead",
+                    "the imported disk {name} (volume {} in pool {}) is not there; it is never made from the image instead",
                     at.name, at.pool
                 ),
             ));

@@ -67,7 +67,7 @@ impl VSphereBackend {
             .ok_or_else(|| {
                 BackendError::terminal(
                     format!("{what}NotFound"),
-                    format!("no {what} at inventory path {full:?}"),
+                    format!("no {what} at inventory path {full}"),
                 )
             })
     }
@@ -103,7 +103,7 @@ impl VSphereBackend {
             })?;
         let dc_name = dc_name.trim_start_matches('/').to_string();
         let dc = topology.datacenters.get(&dc_name).ok_or_else(|| {
-            BackendError::terminal("DatacenterNotFound", format!("no datacenter {dc_name:?}"))
+            BackendError::terminal("DatacenterNotFound", format!("no datacenter {dc_name}"))
         })?;
         let cluster_name = spec
             .cluster
@@ -119,13 +119,13 @@ impl VSphereBackend {
             .ok_or_else(|| {
                 BackendError::terminal(
                     "NoPlacement",
-                    format!("the machine names no cluster and datacenter {dc_name:?} has several"),
+                    format!("the machine names no cluster and datacenter {dc_name} has several"),
                 )
             })?;
         let cluster = topology.cluster(&dc_name, &cluster_name).ok_or_else(|| {
             BackendError::terminal(
                 "ClusterNotFound",
-                format!("no compute cluster {cluster_name:?} in datacenter {dc_name:?}"),
+                format!("no compute cluster {cluster_name} in datacenter {dc_name}"),
             )
         })?;
         let pool = match &spec.resource_pool {
@@ -140,7 +140,7 @@ impl VSphereBackend {
             None => cluster.resource_pool.clone().ok_or_else(|| {
                 BackendError::terminal(
                     "ResourcePoolNotFound",
-                    format!("cluster {cluster_name:?} has no resource pool"),
+                    format!("cluster {cluster_name} has no resource pool"),
                 )
             })?,
         };
@@ -152,7 +152,7 @@ impl VSphereBackend {
             None => dc.vm_folder.clone().ok_or_else(|| {
                 BackendError::terminal(
                     "FolderNotFound",
-                    format!("datacenter {dc_name:?} has no VM folder"),
+                    format!("datacenter {dc_name} has no VM folder"),
                 )
             })?,
         };
@@ -203,7 +203,7 @@ impl VSphereBackend {
                 BackendError::terminal(
                     "TemplateNotFound",
                     format!(
-                        "no template {:?} on {}",
+                        "no template {} on {}",
                         spec.template,
                         self.client.endpoint()
                     ),
@@ -221,7 +221,7 @@ impl VSphereBackend {
                     BackendError::terminal(
                         "LinkedCloneNeedsSnapshot",
                         format!(
-                            "template {:?} has no snapshot to link clones to",
+                            "template {} has no snapshot to link clones to",
                             spec.template
                         ),
                     )
@@ -247,6 +247,7 @@ impl VSphereBackend {
                 memory_mib: Some(spec.memory_mib),
                 extra_config: guestinfo::clone_keys(identity, &fd),
                 firmware: spec.firmware.map(firmware),
+                efi_secure_boot: spec.firmware.and_then(secure_boot),
                 ..Default::default()
             }),
             power_on: false,
@@ -287,7 +288,7 @@ pub(super) fn no_storage_policy(spec: &VSphereMachineSpec) -> Result<(), Backend
         Some(policy) => Err(BackendError::terminal(
             "StoragePolicyUnsupported",
             format!(
-                "storagePolicyName {policy:?}: storage policies are not supported yet; name a datastore"
+                "storagePolicyName {policy}: storage policies are not supported yet; name a datastore"
             ),
         )),
         None => Ok(()),
@@ -302,10 +303,94 @@ pub(super) fn annotation(identity: &MachineIdentity) -> String {
     )
 }
 
-/// vSphere's spelling of a firmware.
+/// vSphere's spelling of a firmware (`efi-secure` is `efi` with Secure Boot on).
 pub(super) fn firmware(f: Firmware) -> String {
     match f {
         Firmware::Bios => "bios".to_string(),
-        _ => "efi".to_string(),
+        Firmware::Efi | Firmware::EfiSecure => "efi".to_string(),
+    }
+}
+
+/// `bootOptions.efiSecureBootEnabled` for a firmware: on for `efi-secure`, off for
+/// `efi` (a template with Secure Boot on gives a plain EFI machine), unset for BIOS.
+pub(super) fn secure_boot(f: Firmware) -> Option<bool> {
+    match f {
+        Firmware::Bios => None,
+        Firmware::Efi => Some(false),
+        Firmware::EfiSecure => Some(true),
+    }
+}
+
+/// The reconfigure that gives `vm` the firmware (and Secure Boot) `want` asks, when it
+/// does not have them: the firmware first (Secure Boot needs `efi` already set), then
+/// Secure Boot. `None` when it has them, or nothing is asked.
+pub(super) fn firmware_fix(vm: &super::vm::Vm, want: Option<Firmware>) -> Option<ConfigSpec> {
+    let want = want?;
+    let name = firmware(want);
+    if vm.firmware.as_deref() != Some(name.as_str()) {
+        return Some(ConfigSpec {
+            firmware: Some(name),
+            ..Default::default()
+        });
+    }
+    let secure = want == Firmware::EfiSecure;
+    (vm.secure_boot != secure && want != Firmware::Bios).then(|| ConfigSpec {
+        firmware: Some(name),
+        efi_secure_boot: Some(secure),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vm(firmware: Option<&str>, secure_boot: bool) -> super::super::vm::Vm {
+        super::super::vm::Vm {
+            moref: MoRef::new("VirtualMachine", "vm-1"),
+            name: "m".into(),
+            bios_uuid: None,
+            instance_uuid: None,
+            extra: Default::default(),
+            power: banlieue_sdk::api::common::PowerState::PoweredOff,
+            ips: vec![],
+            tools_running: false,
+            firmware: firmware.map(str::to_string),
+            secure_boot,
+        }
+    }
+
+    #[test]
+    fn the_firmware_then_secure_boot_converge_in_two_steps() {
+        use Firmware::*;
+        // (what the VM has, what is asked, the reconfigure: firmware, secure boot)
+        type Case = (
+            (Option<&'static str>, bool),
+            Option<Firmware>,
+            Option<(&'static str, Option<bool>)>,
+        );
+        let cases: [Case; 8] = [
+            ((Some("bios"), false), Some(EfiSecure), Some(("efi", None))),
+            (
+                (Some("efi"), false),
+                Some(EfiSecure),
+                Some(("efi", Some(true))),
+            ),
+            ((Some("efi"), true), Some(EfiSecure), None),
+            ((Some("efi"), true), Some(Efi), Some(("efi", Some(false)))),
+            ((Some("efi"), false), Some(Efi), None),
+            ((Some("efi"), false), Some(Bios), Some(("bios", None))),
+            ((Some("bios"), false), Some(Bios), None),
+            ((None, false), None, None),
+        ];
+        for ((has, secure), want, fix) in cases {
+            let got = firmware_fix(&vm(has, secure), want)
+                .map(|c| (c.firmware.unwrap_or_default(), c.efi_secure_boot));
+            assert_eq!(
+                got,
+                fix.map(|(f, s)| (f.to_string(), s)),
+                "{has:?}/{secure} asked {want:?}"
+            );
+        }
     }
 }

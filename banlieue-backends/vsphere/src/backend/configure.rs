@@ -110,7 +110,7 @@ impl VSphereBackend {
                 .cloned()
         };
         let network = network.ok_or_else(|| {
-            BackendError::terminal("NetworkNotFound", format!("no port group {name:?}"))
+            BackendError::terminal("NetworkNotFound", format!("no port group {name}"))
         })?;
         if network.kind != "DistributedVirtualPortgroup" {
             return Ok(NetworkBacking::Standard {
@@ -143,7 +143,7 @@ impl VSphereBackend {
             }),
             _ => Err(BackendError::transient(
                 "NetworkNotFound",
-                format!("distributed port group {name:?} has no key or switch"),
+                format!("distributed port group {name} has no key or switch"),
             )),
         }
     }

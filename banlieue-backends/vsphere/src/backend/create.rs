@@ -10,7 +10,7 @@ use banlieue_sdk::api::infra::vsphere::VSphereMachineSpec;
 use banlieue_sdk::backend::{BackendError, MachineObservation, MachineRequest};
 use tracing::info;
 
-use super::clone::{Placement, annotation, firmware, no_storage_policy};
+use super::clone::{Placement, annotation, firmware, no_storage_policy, secure_boot};
 use super::disks::{DESCRIPTOR_HEAD, ImportedDisk};
 use super::{OpKind, VSphereBackend, vim};
 use crate::client::methods::{self, ConfigSpec};
@@ -87,6 +87,7 @@ impl VSphereBackend {
             )?,
             extra_config: guestinfo::clone_keys(identity, &fd),
             firmware: spec.firmware.map(firmware).or(hardware.firmware),
+            efi_secure_boot: spec.firmware.and_then(secure_boot),
         };
         let task = self
             .start(
@@ -121,13 +122,13 @@ impl VSphereBackend {
                 .await
                 .map_err(|e| e.into_backend())?
             else {
-                missing.push(format!("disk {:?} ({})", disk.name, disk.descriptor));
+                missing.push(format!("disk {} ({})", disk.name, disk.descriptor));
                 continue;
             };
             let descriptor = vmdk::parse(&String::from_utf8_lossy(&head)).map_err(|e| {
                 BackendError::terminal(
                     "ImportedDiskUnreadable",
-                    format!("disk {:?}: {}: {e}", disk.name, disk.descriptor),
+                    format!("disk {}: {}: {e}", disk.name, disk.descriptor),
                 )
             })?;
             let capacity = descriptor.capacity();
@@ -137,9 +138,9 @@ impl VSphereBackend {
                 .await
                 .map_err(|e| e.into_backend())?
             {
-                None => missing.push(format!("disk {:?} ({})", disk.name, disk.flat)),
+                None => missing.push(format!("disk {} ({})", disk.name, disk.flat)),
                 Some(have) if have < capacity => missing.push(format!(
-                    "disk {:?} ({} holds {have} of {capacity} bytes: the upload did not finish)",
+                    "disk {} ({} holds {have} of {capacity} bytes: the upload did not finish)",
                     disk.name, disk.flat
                 )),
                 Some(_) => out.push(ExistingDisk {

@@ -93,7 +93,7 @@ fn valid_disk_name(name: &str) -> Result<(), BackendError> {
         Err(BackendError::terminal(
             "InvalidDiskName",
             format!(
-                "disk name {name:?} cannot be a file name on the datastore (letters, digits, '-', '_' and '.' only)"
+                "disk name {name} cannot be a file name on the datastore (letters, digits, '-', '_' and '.' only)"
             ),
         ))
     }
@@ -128,7 +128,7 @@ fn remote(error: TransferError) -> BackendError {
 fn unsupported(name: &str, file: &DatastorePath, why: impl std::fmt::Display) -> BackendError {
     BackendError::terminal(
         "DiskLayoutUnsupported",
-        format!("disk {name:?} ({file}) cannot be exported: {why}"),
+        format!("disk {name} ({file}) cannot be exported: {why}"),
     )
 }
 
@@ -147,7 +147,7 @@ async fn staged_flat(disk: &StagedDisk) -> Result<StagedFlat, BackendError> {
         BackendError::terminal(
             "UnsupportedDiskFormat",
             format!(
-                "disk {:?} ({}) {why}; vSphere imports a flat VMDK: {convert}",
+                "disk {} ({}) {why}; vSphere imports a flat VMDK: {convert}",
                 disk.name,
                 disk.path.display()
             ),
@@ -193,7 +193,7 @@ async fn staged_flat(disk: &StagedDisk) -> Result<StagedFlat, BackendError> {
     };
     if file.contains('/') || file == ".." {
         return Err(unsupported(format!(
-            "names its extent {file:?} outside its directory"
+            "names its extent {file} outside its directory"
         )));
     }
     let capacity = descriptor.capacity();
@@ -201,7 +201,7 @@ async fn staged_flat(disk: &StagedDisk) -> Result<StagedFlat, BackendError> {
         return Err(BackendError::terminal(
             "DiskSizeUnsupported",
             format!(
-                "disk {:?} is {capacity} bytes: vSphere disks are whole KiB",
+                "disk {} is {capacity} bytes: vSphere disks are whole KiB",
                 disk.name
             ),
         ));
@@ -283,7 +283,7 @@ impl VSphereBackend {
             BackendError::terminal(
                 "NoDatastore",
                 format!(
-                    "the machine names no datastore and its template {:?} is not there to tell where disks go; set datastore",
+                    "the machine names no datastore and its template {} is not there to tell where disks go; set datastore",
                     spec.template
                 ),
             )
@@ -491,10 +491,7 @@ impl VSphereBackend {
         let Some(file) = &disk.file else {
             return Err(BackendError::terminal(
                 "DiskLayoutUnsupported",
-                format!(
-                    "disk {name:?} ({}) has no file to export",
-                    disk.backing_type
-                ),
+                format!("disk {name} ({}) has no file to export", disk.backing_type),
             ));
         };
         if disk.backing_type != "VirtualDiskFlatVer2BackingInfo" {
@@ -519,7 +516,7 @@ impl VSphereBackend {
             .ok_or_else(|| {
                 BackendError::terminal(
                     "DiskFileMissing",
-                    format!("disk {name:?}: {file} is not on the datastore"),
+                    format!("disk {name}: {file} is not on the datastore"),
                 )
             })?;
         let stem = file_stem(name);
@@ -586,7 +583,7 @@ impl VSphereBackend {
                     .ok_or_else(|| {
                         BackendError::terminal(
                             "DiskFileMissing",
-                            format!("disk {name:?}: extent {remote_file} is not on the datastore"),
+                            format!("disk {name}: extent {remote_file} is not on the datastore"),
                         )
                     })?;
                 if got < e.bytes() {
@@ -707,7 +704,7 @@ impl DiskTransfer for VSphereBackend {
                 BackendError::terminal(
                     "UnknownDisk",
                     format!(
-                        "disk {:?} is neither {OS_DISK:?} nor one of the machine's additionalDisks ({})",
+                        "disk {} is neither {OS_DISK:?} nor one of the machine's additionalDisks ({})",
                         disk.name,
                         layout[1..].iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(", ")
                     ),
@@ -719,7 +716,7 @@ impl DiskTransfer for VSphereBackend {
             {
                 return Err(BackendError::terminal(
                     "UnknownDisk",
-                    format!("disk {:?} is staged twice", disk.name),
+                    format!("disk {} is staged twice", disk.name),
                 ));
             }
             plan.push((target, staged_flat(disk).await?));

@@ -183,7 +183,7 @@ fn check_uid(identity: &MachineIdentity) -> Result<(), BackendError> {
         Err(BackendError::terminal(
             "InvalidRequest",
             format!(
-                "the machine's uid {:?} is not a UUID (it becomes the VM's instance UUID)",
+                "the machine's uid {} is not a UUID (it becomes the VM's instance UUID)",
                 identity.uid
             ),
         ))
@@ -333,6 +333,11 @@ impl VSphereBackend {
 
 #[async_trait]
 impl Backend for VSphereBackend {
+    /// [`crate::capabilities`]: what this backend does for real.
+    fn capabilities(&self) -> banlieue_sdk::backend::BackendCapabilities {
+        crate::capabilities()
+    }
+
     async fn check(&self) -> Result<Inventory, BackendError> {
         let content = self.client.content().await.map_err(vim)?.clone();
         let topology = self.topology(true).await?;
@@ -357,7 +362,7 @@ impl Backend for VSphereBackend {
                 resolved: moref.value,
             },
             None => ImageLookup::Missing {
-                message: format!("no template {template:?} on {}", self.client.endpoint()),
+                message: format!("no template {template} on {}", self.client.endpoint()),
             },
         })
     }
@@ -434,6 +439,23 @@ impl Backend for VSphereBackend {
                 .await?;
             info!(uid = %uid, vm = %vm.moref, previous = ?vm.instance_uuid, "vsphere: adopting");
             return Ok(self.observation(&vm, Some(self.pending(OpKind::Adopt, Some(&task)))));
+        }
+        if vm.extra.get(guestinfo::CONFIGURED_KEY).map(String::as_str) != Some("true")
+            && vm.power == PowerState::PoweredOff
+            && let Some(config) = clone::firmware_fix(&vm, spec.firmware)
+        {
+            // The clone's firmware and Secure Boot did not take (vcsim ignores them;
+            // so may a vCenter for a template's locked settings): set them while the
+            // new machine is still off, never on a running one.
+            let task = self
+                .start(
+                    uid,
+                    OpKind::Configure,
+                    &methods::reconfig_vm_task(&vm.moref, &config),
+                )
+                .await?;
+            info!(uid = %uid, vm = %vm.moref, firmware = ?config.firmware, secure_boot = ?config.efi_secure_boot, "vsphere: setting firmware");
+            return Ok(self.observation(&vm, Some(self.pending(OpKind::Configure, Some(&task)))));
         }
         if vm.extra.get(guestinfo::CONFIGURED_KEY).map(String::as_str) != Some("true") {
             let config = self.configure_spec(&vm, spec, request).await?;

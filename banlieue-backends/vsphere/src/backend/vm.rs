@@ -21,6 +21,10 @@ pub(crate) struct Vm {
     pub(crate) power: PowerState,
     pub(crate) ips: Vec<String>,
     pub(crate) tools_running: bool,
+    /// `config.firmware`: `bios` or `efi`.
+    pub(crate) firmware: Option<String>,
+    /// `config.bootOptions.efiSecureBootEnabled`.
+    pub(crate) secure_boot: bool,
 }
 
 pub(crate) const VM_PATHS: &[&str] = &[
@@ -32,6 +36,8 @@ pub(crate) const VM_PATHS: &[&str] = &[
     "guest.ipAddress",
     "guest.net",
     "guest.toolsRunningStatus",
+    "config.firmware",
+    "config.bootOptions",
 ];
 
 impl Vm {
@@ -70,6 +76,14 @@ impl Vm {
             },
             ips,
             tools_running: o.text("guest.toolsRunningStatus") == Some("guestToolsRunning"),
+            firmware: o
+                .text("config.firmware")
+                .filter(|f| !f.is_empty())
+                .map(str::to_string),
+            secure_boot: o
+                .prop("config.bootOptions")
+                .and_then(|b| b.text_at(&["efiSecureBootEnabled"]))
+                == Some("true"),
         }
     }
 

@@ -270,6 +270,8 @@ pub struct ConfigSpec {
     pub extra_config: Vec<(String, String)>,
     /// `firmware`: `bios` or `efi`.
     pub firmware: Option<String>,
+    /// `bootOptions.efiSecureBootEnabled` (Secure Boot; needs firmware `efi`).
+    pub efi_secure_boot: Option<bool>,
 }
 
 impl ConfigSpec {
@@ -314,6 +316,12 @@ impl ConfigSpec {
                 .text("key", k)
                 .typed_text("value", "xsd:string", v)
                 .close("extraConfig");
+        }
+        // The WSDL's order: extraConfig, ..., bootOptions, ..., firmware.
+        if let Some(v) = self.efi_secure_boot {
+            x.open("bootOptions")
+                .text("efiSecureBootEnabled", v)
+                .close("bootOptions");
         }
         if let Some(v) = &self.firmware {
             x.text("firmware", v);

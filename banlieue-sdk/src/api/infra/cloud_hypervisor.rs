@@ -48,6 +48,7 @@ infra_machine! {
         /// Network interfaces (tap devices), in order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         #[x_kube(merge_strategy = ListMerge::Atomic)]
+        #[x_kube(validation = Rule::new(crate::api::common::MACS_UNIQUE).message(crate::api::common::MACS_UNIQUE_MSG))]
         #[schemars(length(max = 8))]
         pub network: Vec<CloudHypervisorNetworkInterface>,
     }
@@ -65,6 +66,7 @@ pub struct CloudHypervisorNetworkInterface {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$')")
         .message("macAddress must look like 52:54:00:12:34:56"))]
+    #[x_kube(validation = Rule::new(crate::api::common::MAC_UNICAST).message(crate::api::common::MAC_UNICAST_MSG))]
     #[schemars(length(max = 17))]
     pub mac_address: Option<String>,
     /// MTU.

@@ -58,10 +58,14 @@ pub struct Initialization {
 const PROVISIONED_STAYS: &str = "!has(oldSelf.initialization) || !has(oldSelf.initialization.provisioned) || !oldSelf.initialization.provisioned || (has(self.initialization) && has(self.initialization.provisioned) && self.initialization.provisioned)";
 
 /// A control plane endpoint (CAPI `APIEndpoint`).
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 pub struct ApiEndpoint {
-    /// Hostname or IP address.
-    #[schemars(length(min = 1, max = 512))]
+    /// Hostname or IP address: no scheme, path or port (the port goes in `port`).
+    #[x_kube(validation = Rule::new("isIP(self) || (!self.matches('^[0-9.]+$') && self.matches('^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?([.][A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$'))")
+        .message("controlPlaneEndpoint.host must be a DNS name or an IP address without scheme, path, port or brackets, e.g. api.example.com, 10.0.0.10 or fd00::10 (the port goes in controlPlaneEndpoint.port)"))]
+    #[x_kube(validation = Rule::new("!isIP(self) || !ip(self).isUnspecified()")
+        .message("controlPlaneEndpoint.host must not be the unspecified address (0.0.0.0 or ::)"))]
+    #[schemars(length(min = 1, max = 253))]
     pub host: String,
     /// Port, 1-65535.
     #[schemars(range(min = 1, max = 65535))]
@@ -85,11 +89,13 @@ pub struct FailureDomain {
 
 /// Bootstrap data for a machine that no CAPI Machine owns (one built from a
 /// VirtualMachine). CAPI-owned machines read `Machine.spec.bootstrap.dataSecretName`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BootstrapDataRef {
     /// A Secret in the same namespace with the data under `value` (and optionally
     /// `network-config`), as CAPI bootstrap providers write it.
+    #[x_kube(validation = Rule::new(crate::api::common::DNS_SUBDOMAIN)
+        .message("dataSecretName must be a Secret name: an RFC 1123 subdomain of lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"))]
     #[schemars(length(min = 1, max = 253))]
     pub data_secret_name: String,
     /// `cloud-config` (default) or `ignition`.

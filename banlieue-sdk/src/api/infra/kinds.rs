@@ -148,12 +148,15 @@ macro_rules! infra_kinds {
             /// Selects Providers (same namespace) by label, instead of `providerRefs`.
             /// When both are empty, every Provider of this class in the namespace is used.
             #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[schemars(with = "Option<crate::api::common::LabelSelectorSchema>")]
             pub provider_selector: Option<crate::api::common::LabelSelector>,
             /// Selects which failure domains to publish, by their labels. Default: all.
             #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[schemars(with = "Option<crate::api::common::LabelSelectorSchema>")]
             pub failure_domain_selector: Option<crate::api::common::LabelSelector>,
             /// Selects which failure domains may host control-plane machines. Default: all.
             #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[schemars(with = "Option<crate::api::common::LabelSelectorSchema>")]
             pub control_plane_failure_domain_selector: Option<crate::api::common::LabelSelector>,
         }
 

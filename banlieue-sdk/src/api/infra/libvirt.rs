@@ -51,6 +51,7 @@ infra_machine! {
         /// Network interfaces, in order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         #[x_kube(merge_strategy = ListMerge::Atomic)]
+        #[x_kube(validation = Rule::new(crate::api::common::MACS_UNIQUE).message(crate::api::common::MACS_UNIQUE_MSG))]
         #[schemars(length(max = 10))]
         pub network: Vec<LibvirtNetworkInterface>,
     }
@@ -91,6 +92,7 @@ pub struct LibvirtNetworkInterface {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$')")
         .message("macAddress must look like 52:54:00:12:34:56"))]
+    #[x_kube(validation = Rule::new(crate::api::common::MAC_UNICAST).message(crate::api::common::MAC_UNICAST_MSG))]
     #[schemars(length(max = 17))]
     pub mac_address: Option<String>,
     /// Address assignment, written into the NoCloud network config.

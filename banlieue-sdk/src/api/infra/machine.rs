@@ -1,9 +1,9 @@
 //! Pieces every infrastructure machine spec shares.
 
-use schemars::JsonSchema;
+use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::api::common::DiskProvisioning;
+use crate::api::common::{DISK_NAME_MSG, DNS_LABEL, DiskProvisioning};
 
 /// The rule that freezes `spec.providerID` once banlieue has set it.
 pub(crate) const PROVIDER_ID_IMMUTABLE: &str =
@@ -13,10 +13,11 @@ pub(crate) const PROVIDER_ID_IMMUTABLE: &str =
 pub(crate) const PROVIDER_ID_IMMUTABLE_MSG: &str = "spec.providerID is immutable once set";
 
 /// An additional disk of an infrastructure machine, on a backend storage target.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineDisk {
-    /// Disk name, unique in the list.
+    /// Disk name, unique in the list: a DNS label, e.g. `data-1`.
+    #[x_kube(validation = Rule::new(DNS_LABEL).message(DISK_NAME_MSG))]
     #[schemars(length(min = 1, max = 63))]
     pub name: String,
     /// Size in GiB.

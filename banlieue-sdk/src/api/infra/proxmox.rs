@@ -72,6 +72,7 @@ infra_machine! {
         /// Network devices (`net0`, `net1`, ...), in order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         #[x_kube(merge_strategy = ListMerge::Atomic)]
+        #[x_kube(validation = Rule::new(crate::api::common::MACS_UNIQUE).message(crate::api::common::MACS_UNIQUE_MSG))]
         #[schemars(length(max = 10))]
         pub network: Vec<ProxmoxNetworkDevice>,
     }
@@ -120,6 +121,7 @@ pub struct ProxmoxNetworkDevice {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$')")
         .message("macAddress must look like BC:24:11:12:34:56"))]
+    #[x_kube(validation = Rule::new(crate::api::common::MAC_UNICAST).message(crate::api::common::MAC_UNICAST_MSG))]
     #[schemars(length(max = 17))]
     pub mac_address: Option<String>,
     /// Address assignment, written into the cloud-init network config.

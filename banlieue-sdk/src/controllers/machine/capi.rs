@@ -1,12 +1,21 @@
 //! The Cluster API side of an infrastructure machine: before a CAPI-owned machine
 //! is built, wait for its owner Machine, its Cluster and the bootstrap data, honour
 //! pause, and place it in the failure domain CAPI chose.
+//!
+//! Every machine (CAPI-owned or not) also waits, with nothing created, while its
+//! Provider does not publish everything it asks (`status.backendCapabilities`:
+//! firmware, bootstrap format, power state, image source kind); the condition names
+//! what is missing. A failure domain banlieue chooses is one whose Provider can.
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use super::{Error, Machine};
+use crate::api::common::BootstrapFormat;
+use crate::backend::Wants;
+use crate::backend::capabilities;
 use crate::capi::failure_domains::{self, Placement};
 use crate::capi::metadata;
 use crate::controllers::capi;
@@ -75,6 +84,7 @@ fn choose<K: Machine>(
     machine: &K,
     ctx: &Context,
     domains: &capi::ClusterDomains,
+    serves: impl Fn(&str) -> bool,
 ) -> Option<String> {
     let uid = machine.uid().unwrap_or_default();
     if let Some(landed) = machine
@@ -96,6 +106,18 @@ fn choose<K: Machine>(
         .filter(|(_, cp)| *cp || !control_plane)
         .map(|(name, _)| name.clone())
         .collect();
+    // Only failure domains whose Provider can serve the machine (when one can: else
+    // the emptiest, whose Provider then says what it lacks).
+    let capable: Vec<String> = candidates
+        .iter()
+        .filter(|name| failure_domains::split_name(name).is_some_and(|(p, _)| serves(p)))
+        .cloned()
+        .collect();
+    let candidates = if capable.is_empty() {
+        candidates
+    } else {
+        capable
+    };
     let group = |labels: &std::collections::BTreeMap<String, String>| {
         GROUP_LABELS
             .iter()
@@ -133,7 +155,7 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
     if !metadata::is_capi_managed(meta) {
         return Ok(match metadata::paused(meta, None) {
             Some(why) => Gate::Paused(why),
-            None => Gate::Standalone,
+            None => standalone_incapable(machine, ctx).unwrap_or(Gate::Standalone),
         });
     }
     if !ctx.capi_installed {
@@ -162,14 +184,14 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
     let Some(owner) = capi::machine(ctx, &namespace, owner).await? else {
         return Ok(waiting(
             "WaitingForOwner",
-            format!("the owner Machine {owner:?} does not exist (yet)"),
+            format!("the owner Machine {owner} does not exist (yet)"),
         ));
     };
     let Some(cluster) = cluster else {
         return Ok(waiting(
             "WaitingForCluster",
             format!(
-                "the Cluster {:?} does not exist (yet)",
+                "the Cluster {} does not exist (yet)",
                 owner.spec.cluster_name
             ),
         ));
@@ -178,25 +200,107 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
         return Ok(waiting(
             "WaitingForBootstrapData",
             format!(
-                "waiting for Machine {:?} to have spec.bootstrap.dataSecretName",
+                "waiting for Machine {} to have spec.bootstrap.dataSecretName",
                 owner.name_any()
             ),
         ));
     };
     let domains = capi::cluster_domains(ctx, &namespace, &cluster).await?;
+    // Once the machine exists only its power state is checked: no Secret to read.
+    let format = if machine.provider_id().is_some_and(|id| !id.is_empty()) {
+        BootstrapFormat::CloudConfig
+    } else {
+        bootstrap_format(ctx, &namespace, &bootstrap_secret).await?
+    };
     let chosen = match (&owner.spec.failure_domain, machine.provider_ref()) {
         (Some(_), _) | (None, Some(_)) => None,
-        (None, None) => choose(machine, ctx, &domains),
+        (None, None) => choose(machine, ctx, &domains, |provider| {
+            missing(machine, ctx, provider, Some(format)).is_none_or(|m| m.is_empty())
+        }),
     };
     match failure_domains::place(
         owner.spec.failure_domain.as_deref().or(chosen.as_deref()),
         machine.provider_ref().map(|r| r.name.as_str()),
         &domains.providers,
     ) {
-        Ok(placement) => Ok(Gate::Capi {
-            placement,
-            bootstrap_secret,
-        }),
+        Ok(placement) => match incapable(machine, ctx, &placement.provider, Some(format)) {
+            Some(refused) => Ok(refused),
+            None => Ok(Gate::Capi {
+                placement,
+                bootstrap_secret,
+            }),
+        },
         Err(unplaced) => Ok(waiting(unplaced.reason, unplaced.message)),
     }
+}
+
+/// `Waiting` reason of a machine whose Provider cannot do something it asks.
+pub(super) const CAPABILITIES_MISSING: &str = crate::scheduling::CAPABILITIES_MISSING;
+
+/// What `provider` (by name, in the machine's namespace) cannot do of what the machine
+/// asks: its firmware, bootstrap format, power state and image source kind before it
+/// exists, only its power state after. `None` when the Provider is not in the cache
+/// (reported later, as `ProviderNotFound`).
+fn missing<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    provider: &str,
+    bootstrap: Option<BootstrapFormat>,
+) -> Option<Vec<String>> {
+    let found = ctx.stores.providers.get(
+        &kube::runtime::reflector::ObjectRef::new(provider)
+            .within(&machine.namespace().unwrap_or_default()),
+    )?;
+    let mut wants = Wants::of_machine(&machine.backend_spec(), bootstrap);
+    if found.spec.class == crate::api::common::ProviderClass::Sim {
+        // The simulator plays any machine kind, whatever its image source says.
+        wants.image_source = None;
+    }
+    let exists = machine.provider_id().is_some_and(|id| !id.is_empty());
+    let wants = if exists { wants.running() } else { wants };
+    Some(capabilities::published(found.status.as_ref()).missing(&wants))
+}
+
+/// A `Waiting` gate naming what `provider` lacks, when it lacks anything: nothing is
+/// created on a backend that would drop part of the machine.
+fn incapable<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    provider: &str,
+    bootstrap: Option<BootstrapFormat>,
+) -> Option<Gate> {
+    let missing = missing(machine, ctx, provider, bootstrap)?;
+    (!missing.is_empty()).then(|| {
+        waiting(
+            CAPABILITIES_MISSING,
+            format!("{provider}: {}", missing.join("; ")),
+        )
+    })
+}
+
+/// The format of a bootstrap data Secret (its `format` key; cloud-config without one,
+/// or while the Secret is not there: that wait is reported later).
+async fn bootstrap_format(
+    ctx: &Context,
+    namespace: &str,
+    secret: &str,
+) -> Result<BootstrapFormat, Error> {
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(ctx.client.clone(), namespace);
+    let format = secrets
+        .get_opt(secret)
+        .await?
+        .and_then(|s| s.data)
+        .and_then(|d| d.get("format").map(|v| v.0.clone()));
+    Ok(match format.as_deref() {
+        Some(b"ignition") => BootstrapFormat::Ignition,
+        _ => BootstrapFormat::CloudConfig,
+    })
+}
+
+/// The capability check of a machine no Cluster API Machine owns, on its
+/// `spec.providerRef`: `Some(Waiting)` when the Provider cannot serve it.
+pub(super) fn standalone_incapable<K: Machine>(machine: &K, ctx: &Context) -> Option<Gate> {
+    let provider = machine.provider_ref()?.name.clone();
+    let format = machine.bootstrap().map(|b| b.format);
+    incapable(machine, ctx, &provider, format)
 }

@@ -6,9 +6,12 @@
 //! Machines a Cluster API Machine owns go through [`capi::gate`] first: owner,
 //! Cluster, bootstrap data, pause and failure-domain placement come from CAPI.
 //!
-//! Deleting a machine whose Provider no longer exists cannot reach any backend: the
-//! finalizer is then removed at once with a Warning event (`ProviderGone`) saying the
-//! backend VM, if any, was left behind. It never hangs.
+//! A Provider is not deleted while machines are on it (its own finalizer waits), so a
+//! machine whose Provider is gone had it removed by force, or named one that never
+//! existed. A machine that never reached a backend then lets go at once; one that may
+//! have a backend VM keeps its finalizer and says `DeleteFailed: ProviderGone` (the VM
+//! would otherwise be forgotten, still running), until the Provider is recreated or the
+//! finalizer is removed by hand to abandon the VM.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -66,6 +69,10 @@ pub(crate) enum Error {
     /// Not a failure: deletion waits while the machine is paused (keeps the finalizer).
     #[error("paused: {0}")]
     Paused(&'static str),
+    /// Deletion waits for its Provider to come back (keeps the finalizer; the status
+    /// says so).
+    #[error("its Provider is gone")]
+    ProviderGone,
 }
 
 /// The bounds every infra machine kind meets.
@@ -166,9 +173,9 @@ async fn reconcile<K: Machine>(
     .await;
     let outcome = match &result {
         Ok(_) => "success",
-        Err(finalizer::Error::CleanupFailed(Error::DeletionInProgress(_) | Error::Paused(_))) => {
-            "requeue_after"
-        }
+        Err(finalizer::Error::CleanupFailed(
+            Error::DeletionInProgress(_) | Error::Paused(_) | Error::ProviderGone,
+        )) => "requeue_after",
         Err(_) => "error",
     };
     ctx.metrics
@@ -258,8 +265,8 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
     };
     let Some(provider) = provider else {
         let message = match (&placement, machine.provider_ref()) {
-            (Some(p), _) => format!("Provider {:?} not found", p.provider),
-            (None, Some(r)) => format!("Provider {:?} not found", r.name),
+            (Some(p), _) => format!("Provider {} not found", p.provider),
+            (None, Some(r)) => format!("Provider {} not found", r.name),
             (None, None) => "spec.providerRef is not set (a Cluster API machine gets its Provider from its failure domain once a Machine owns it)".to_owned(),
         };
         write_status(
@@ -280,6 +287,25 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             ctx,
             Outcome::Paused {
                 message: "the Provider is paused",
+            },
+            None,
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
+    if provider.metadata.deletion_timestamp.is_some() && !reached_backend(machine) {
+        // Nothing new on a Provider on its way out; machines already there keep being
+        // reconciled until they are deleted (the Provider waits for them).
+        let message = format!(
+            "Provider {} is being deleted: nothing new is created on it",
+            provider.name_any()
+        );
+        write_status(
+            machine,
+            ctx,
+            Outcome::Waiting {
+                reason: "ProviderDeleting",
+                message: &message,
             },
             None,
         )
@@ -313,7 +339,7 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         Some((secret, format)) => match read_bootstrap(ctx, machine, secret, format).await? {
             Some(data) => Some(data),
             None => {
-                let message = format!("bootstrap Secret {secret:?} not found");
+                let message = format!("bootstrap Secret {secret} not found");
                 write_status(
                     machine,
                     ctx,
@@ -374,6 +400,9 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
     };
     match ensured {
         Ok(observation) => {
+            if let Some(mismatch) = provider_id_mismatch(machine, &observation) {
+                return provider_id_conflict(machine, ctx, &mismatch).await;
+            }
             // The providerID patch bumps the generation: the status is computed from the
             // object it returns, or it would carry the old observedGeneration and need a
             // second write once the cache catches up.
@@ -395,6 +424,12 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             })
         }
         Err(error) => {
+            // Announced once per cause: the slow re-check of a terminal failure must
+            // not repeat its Warning.
+            let announced = machine.machine_status().is_some_and(|s| {
+                crate::conditions::get(&s.conditions, crate::conditions::types::READY)
+                    .is_some_and(|c| c.message == format!("{}: {}", error.reason, error.message))
+            });
             write_status(machine, ctx, Outcome::Failed(&error), None).await?;
             if error.is_transient() {
                 Ok(Action::requeue(
@@ -403,14 +438,16 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
                         .unwrap_or_else(|| ctx.backoff(&key_of(machine))),
                 ))
             } else {
-                ctx.event(
-                    machine,
-                    EventType::Warning,
-                    &error.reason,
-                    "Ensure",
-                    error.message.clone(),
-                )
-                .await;
+                if !announced {
+                    ctx.event(
+                        machine,
+                        EventType::Warning,
+                        &error.reason,
+                        "Ensure",
+                        error.message.clone(),
+                    )
+                    .await;
+                }
                 // Terminal: wait for a change; a slow re-check notices out-of-band fixes.
                 Ok(Action::requeue(ctx.settings.sync_period))
             }
@@ -437,15 +474,7 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
         provider_named(machine, ctx, provider)
     });
     let Some(provider) = provider else {
-        ctx.event(
-            machine,
-            EventType::Warning,
-            "ProviderGone",
-            "Delete",
-            "the Provider no longer exists; the backend VM, if any, was not deleted".into(),
-        )
-        .await;
-        return Ok(Action::await_change());
+        return provider_gone(machine, ctx).await;
     };
     let deleted = match ctx.backends.for_provider(&ctx.client, &provider).await {
         Ok(backend) => backend.delete(&identity(machine)).await,
@@ -463,6 +492,66 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
         }
         Ok(Deletion::InProgress { retry_after }) => Err(Error::DeletionInProgress(retry_after)),
     }
+}
+
+/// The machine's Provider is gone. If the machine never reached a backend there is
+/// nothing to delete; otherwise its VM may still run, and letting go would forget it.
+async fn provider_gone<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {
+    if !reached_backend(machine) {
+        ctx.written
+            .machines
+            .forget(&machine.uid().unwrap_or_default());
+        return Ok(Action::await_change());
+    }
+    let named = machine
+        .provider_ref()
+        .map(|r| r.name.clone())
+        .or_else(|| {
+            let landed = machine.machine_status()?.failure_domain.as_deref()?;
+            crate::capi::failure_domains::split_name(landed).map(|(p, _)| p.to_owned())
+        })
+        .unwrap_or_default();
+    let error = BackendError::terminal(
+        PROVIDER_GONE,
+        format!(
+            "Provider {named} no longer exists, so the backend VM cannot be deleted and may still be running. Recreate Provider {named} (same class and endpoint) to finish the deletion, or remove the finalizer {MACHINE_FINALIZER} to abandon the VM"
+        ),
+    );
+    let already = machine.machine_status().is_some_and(|s| {
+        crate::conditions::get(&s.conditions, crate::conditions::types::READY)
+            .is_some_and(|c| c.message.starts_with(PROVIDER_GONE))
+    });
+    write_status(machine, ctx, Outcome::DeleteFailed(&error), None).await?;
+    if !already {
+        ctx.event(
+            machine,
+            EventType::Warning,
+            PROVIDER_GONE,
+            "Delete",
+            error.message.clone(),
+        )
+        .await;
+    }
+    Err(Error::ProviderGone)
+}
+
+/// Why a machine's deletion waits for its Provider.
+const PROVIDER_GONE: &str = "ProviderGone";
+
+/// Whether a backend may have made a VM for this machine: it has a providerID, or its
+/// status says where it landed or that it was provisioned. A machine that only ever
+/// waited (e.g. for a Provider that never existed) has none of these.
+fn reached_backend<K: Machine>(machine: &K) -> bool {
+    machine.provider_id().is_some_and(|id| !id.is_empty())
+        || machine.machine_status().is_some_and(|s| {
+            s.failure_domain.is_some()
+                || s.backend_ref.is_some()
+                || !s.addresses.is_empty()
+                || s.initialization
+                    .as_ref()
+                    .and_then(|i| i.provisioned)
+                    .unwrap_or(false)
+        })
 }
 
 /// The backend did not delete the VM: the machine's `Ready` condition says why (a
@@ -513,6 +602,66 @@ async fn read_bootstrap<K: Machine>(
         user_data: SecretValue::new(value),
         network_config: text("network-config").map(SecretValue::new),
     }))
+}
+
+/// Reason of the terminal failure of a machine whose `spec.providerID` names another
+/// machine than the one the backend keeps for it.
+pub(crate) const PROVIDER_ID_MISMATCH: &str = "ProviderIDMismatch";
+
+/// The terminal error of a machine whose `spec.providerID` (set by hand, or by a
+/// restore) differs from the provider ID of the backend machine made for its UID.
+/// `spec.providerID` is immutable once set: patching it would be refused (422) on
+/// every reconcile. Nothing is patched and nothing is created (backends look a
+/// machine up by UID, then by provider ID, and never create under a set one).
+fn provider_id_mismatch<K: Machine>(
+    machine: &K,
+    observation: &crate::backend::MachineObservation,
+) -> Option<BackendError> {
+    let set = machine.provider_id().filter(|id| !id.is_empty())?;
+    let found = observation.provider_id.as_deref()?;
+    (set != found).then(|| {
+        BackendError::terminal(
+            PROVIDER_ID_MISMATCH,
+            format!(
+                "spec.providerID is {set}, but the backend machine made for this object \
+                 (UID {uid}) is {found}; spec.providerID is immutable, so banlieue cannot \
+                 correct it, and it adopts no other machine. Delete this object to let its \
+                 owner replace it (the backend machine {found} goes with it), or re-create \
+                 it with spec.providerID {found} (or none) to keep that machine",
+                uid = machine.uid().unwrap_or_default(),
+            ),
+        )
+    })
+}
+
+/// Records a [`provider_id_mismatch`]: `Ready` says it (`TerminalFailure`), a Warning
+/// Event says it once, and the machine is only looked at again slowly.
+async fn provider_id_conflict<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    error: &BackendError,
+) -> Result<Action, Error> {
+    let previous = ctx.written.machines.latest(
+        &machine.uid().unwrap_or_default(),
+        machine.resource_version().as_deref(),
+        machine.machine_status(),
+    );
+    let said = previous
+        .as_ref()
+        .and_then(|s| crate::conditions::get(&s.conditions, crate::conditions::types::READY))
+        .is_some_and(|c| c.message == format!("{}: {}", error.reason, error.message));
+    write_status(machine, ctx, Outcome::Failed(error), None).await?;
+    if !said {
+        ctx.event(
+            machine,
+            EventType::Warning,
+            &error.reason,
+            "Ensure",
+            error.message.clone(),
+        )
+        .await;
+    }
+    Ok(Action::requeue(ctx.settings.sync_period))
 }
 
 /// Sets `spec.providerID` and returns the machine as the API server now has it.
@@ -594,6 +743,20 @@ fn error_policy<K: Machine>(
         }
         finalizer::Error::CleanupFailed(Error::Paused(_)) => {
             Action::requeue(Duration::from_secs(30))
+        }
+        // A recreated Provider wakes the machine through the Provider watch.
+        finalizer::Error::CleanupFailed(Error::ProviderGone) => {
+            Action::requeue(ctx.settings.sync_period)
+        }
+        other
+            if super::expected::race(other, |e| match e {
+                Error::Kube(e) => Some(e),
+                #[allow(unreachable_patterns)]
+                _ => None,
+            }) =>
+        {
+            tracing::debug!(machine = %key_of(machine.as_ref()), kind = %K::kind(&()), error = %other, "reconcile raced a stale cache; retrying");
+            Action::requeue(super::expected::RETRY_RACE)
         }
         other => {
             tracing::warn!(machine = %key_of(machine.as_ref()), kind = %K::kind(&()), error = %other, "reconcile failed");

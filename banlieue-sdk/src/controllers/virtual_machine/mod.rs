@@ -192,17 +192,25 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             if let Some(again) = settling(vm) {
                 return Ok(Action::requeue(again));
             }
-            let (reason, message) = if class.is_none() {
+            let (reason, mut message) = if class.is_none() {
                 (
                     "ClassNotFound",
-                    format!("VMClass {:?} not found", vm.spec.class_ref.name),
+                    format!("VMClass {} not found", vm.spec.class_ref.name),
                 )
             } else {
                 (
                     "ImageNotFound",
-                    format!("VMImage {:?} not found", vm.spec.image_ref.name),
+                    format!("VMImage {} not found", vm.spec.image_ref.name),
                 )
             };
+            if let Some(machine) = existing.iter().find(|e| !e.deleting) {
+                // The VM runs on: it is neither rebuilt nor moved, only not updated.
+                message.push_str(&format!(
+                    "; its {} {} is kept as it is, and changes to the VM wait until it exists again",
+                    machine.kind.kind(),
+                    machine.name
+                ));
+            }
             return unschedulable(vm, ctx, reason, &message, existing.first()).await;
         }
     };
@@ -286,16 +294,32 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::requeue(Duration::from_secs(2)));
     }
 
-    let bootstrap_secret = match bootstrap::ensure_secret(vm, ctx).await? {
+    let ensured = match bootstrap::ensure_secret(vm, ctx).await {
+        Err(error) => match rejected(&error) {
+            Some(why) => Err((
+                "BootstrapSecretRejected",
+                format!("the API server refused the bootstrap Secret banlieue writes: {why}"),
+            )),
+            None => return Err(error.into()),
+        },
+        Ok(ensured) => ensured,
+    };
+    let bootstrap_secret = match ensured {
         Ok(secret) => secret,
-        Err(message) => {
+        Err((reason, message)) => {
             let outcome = Outcome {
                 scheduling: Scheduling::Placed(&placement),
                 migration: None,
-                waiting: Some(("BootstrapDataNotFound", &message)),
+                waiting: Some((reason, &message)),
             };
             write_status(vm, ctx, &outcome, existing.first()).await?;
-            return Ok(Action::requeue(Duration::from_secs(10)));
+            let retry = if reason == bootstrap::NOT_FOUND {
+                Duration::from_secs(10)
+            } else {
+                // Fixed by a change to the VM or its Secret, which the watches see.
+                ctx.settings.sync_period
+            };
+            return Ok(Action::requeue(retry));
         }
     };
     let built = build::infra_machine(&build::Input {
@@ -342,7 +366,22 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     let current_infra = existing.first();
     copy_disk::keep_lineage(&mut built, current_infra);
     if !current_infra.is_some_and(|e| e.matches(&built)) {
-        infra::apply(ctx, &built).await?;
+        if let Err(error) = infra::apply(ctx, &built).await {
+            let Some(why) = rejected(&error) else {
+                return Err(error.into());
+            };
+            let message = format!(
+                "the API server refused the {} banlieue builds for this VM: {why}",
+                built.kind().kind()
+            );
+            let outcome = Outcome {
+                scheduling: Scheduling::Placed(&placement),
+                migration: None,
+                waiting: Some(("InfraMachineRejected", &message)),
+            };
+            write_status(vm, ctx, &outcome, current_infra).await?;
+            return Ok(Action::requeue(ctx.settings.sync_period));
+        }
         ctx.metrics.wrote(NAME);
         if current_infra.is_none() {
             let fd = target
@@ -560,7 +599,7 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
         match secrets
             .delete(
-                &format!("{}-bootstrap", vm.name_any()),
+                &crate::build::bootstrap_secret_name(&vm.name_any()),
                 &DeleteParams::background(),
             )
             .await
@@ -571,6 +610,19 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         }
     }
     Ok(Action::await_change())
+}
+
+/// The API server's words when it refused an object banlieue wrote as invalid (400,
+/// 422): a fault in what banlieue derived from the user's objects, which the user must
+/// see on their VM; retrying the same write would fail the same way. `None` for other
+/// errors (conflicts, outages), which are retried.
+fn rejected(error: &kube::Error) -> Option<String> {
+    match error {
+        kube::Error::Api(status) if status.code == 400 || status.code == 422 => {
+            Some(status.message.clone())
+        }
+        _ => None,
+    }
 }
 
 /// Whether the backend refused to delete `machine`'s VM (its `Ready` says why).
@@ -707,6 +759,15 @@ fn error_policy(
     match error {
         // The machine's deletion wakes us; this is a safety net.
         finalizer::Error::CleanupFailed(Error::WaitingForInfra) => Action::requeue(WAITING_RECHECK),
+        other
+            if super::expected::race(other, |e| match e {
+                Error::Kube(e) => Some(e),
+                Error::WaitingForInfra => None,
+            }) =>
+        {
+            tracing::debug!(vm = %key_of(vm.as_ref()), error = %other, "reconcile raced a stale cache; retrying");
+            Action::requeue(super::expected::RETRY_RACE)
+        }
         other => {
             tracing::warn!(vm = %key_of(vm.as_ref()), error = %other, "reconcile failed");
             Action::requeue(ctx.backoff(&key_of(vm.as_ref())))

@@ -9,7 +9,7 @@ use clap::Args;
 use clap::builder::BoolishValueParser;
 
 use super::values::{BindAddress, parse_bind_address, parse_duration};
-use crate::runtime::client::ClientConfig;
+use crate::runtime::client::{ClientConfig, DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS};
 use crate::runtime::leader::LeaderConfig;
 use crate::runtime::logging::{self, LogFormat};
 use crate::runtime::manager::{self, RunConfig};
@@ -90,12 +90,15 @@ pub struct RunCommand {
     #[arg(long, env = "BANLIEUE_STAGING_DIR", value_name = "PATH")]
     staging_dir: Option<PathBuf>,
 
-    /// Average requests per second to the Kubernetes API (client-side token bucket).
-    #[arg(long, env = "BANLIEUE_KUBE_API_QPS", value_name = "QPS", default_value_t = 20.0, value_parser = parse_qps)]
+    /// Most requests per second to the Kubernetes API, on average (client-side token
+    /// bucket). A ceiling: each round of 429 Too Many Requests answers halves the rate
+    /// (down to 5), which then grows back by 5 % of this per second.
+    #[arg(long, env = "BANLIEUE_KUBE_API_QPS", value_name = "QPS", default_value_t = DEFAULT_KUBE_API_QPS, value_parser = parse_qps)]
     kube_api_qps: f64,
 
-    /// Requests to the Kubernetes API allowed in a burst (the token bucket's size).
-    #[arg(long, env = "BANLIEUE_KUBE_API_BURST", value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Requests to the Kubernetes API allowed in a burst (the token bucket's size at the
+    /// ceiling rate; it shrinks with the rate).
+    #[arg(long, env = "BANLIEUE_KUBE_API_BURST", value_name = "N", default_value_t = DEFAULT_KUBE_API_BURST, value_parser = clap::value_parser!(u32).range(1..))]
     kube_api_burst: u32,
 
     /// Parallel reconciles of the Provider controller.
@@ -250,8 +253,8 @@ mod tests {
         );
         assert_eq!(cmd.sync_period, Duration::from_secs(600));
         assert_eq!(cmd.staging_dir, None);
-        assert_eq!(cmd.kube_api_qps, 20.0);
-        assert_eq!(cmd.kube_api_burst, 30);
+        assert_eq!(cmd.kube_api_qps, 500.0);
+        assert_eq!(cmd.kube_api_burst, 1000);
         assert_eq!(
             (
                 cmd.provider_concurrency,

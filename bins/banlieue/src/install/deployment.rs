@@ -5,6 +5,8 @@
 
 use serde_json::{Value, json};
 
+use crate::runtime::client::{DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS};
+
 use super::{CONTROLLER_NAME, DEPLOYMENT_NAME, Options, PROVIDER, PROVIDER_LABEL, labelled};
 
 /// The health port (`/healthz`, `/readyz`).
@@ -24,7 +26,9 @@ pub const STAGING_DIR: &str = "/var/lib/banlieue/staging";
 pub const STAGING_VOLUME: &str = "staging";
 
 /// `banlieue run`'s arguments in the Deployment. It watches every namespace (clusterctl
-/// installs providers cluster-wide); the Lease lives in `$POD_NAMESPACE`.
+/// installs providers cluster-wide); the Lease lives in `$POD_NAMESPACE`. The client's
+/// rate ceiling is spelled out (the code's defaults, so the two cannot differ) so that
+/// whoever tunes it finds the flags in the manifest (docs/adr/0016-kube-api-rate-limits.md).
 pub fn manager_args() -> Vec<String> {
     vec![
         "run".to_owned(),
@@ -33,6 +37,8 @@ pub fn manager_args() -> Vec<String> {
         format!("--diagnostics-address=:{METRICS_PORT}"),
         "--log-format=json".to_owned(),
         format!("--staging-dir={STAGING_DIR}"),
+        format!("--kube-api-qps={DEFAULT_KUBE_API_QPS}"),
+        format!("--kube-api-burst={DEFAULT_KUBE_API_BURST}"),
     ]
 }
 

@@ -1,4 +1,5 @@
-//! The Kubernetes client: kubeconfig discovery plus client-side rate limiting.
+//! The Kubernetes client: kubeconfig discovery plus client-side rate limiting (an
+//! adaptive token bucket with kube's retry policy around it, [`KubeApiLayer`]).
 
 use std::path::PathBuf;
 
@@ -8,7 +9,14 @@ use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-use super::rate_limit::TokenBucketLayer;
+use super::rate_limit::KubeApiLayer;
+
+/// `--kube-api-qps`: the ceiling of the adaptive client rate, which halves on each round
+/// of 429s from the apiserver (docs/adr/0016-kube-api-rate-limits.md).
+pub const DEFAULT_KUBE_API_QPS: f64 = 500.0;
+
+/// `--kube-api-burst`: the token bucket's size at the ceiling rate.
+pub const DEFAULT_KUBE_API_BURST: u32 = 1000;
 
 /// The `User-Agent` of the operator's requests: `banlieue/<version>`.
 pub const USER_AGENT: &str = concat!("banlieue/", env!("CARGO_PKG_VERSION"));
@@ -19,9 +27,9 @@ pub struct ClientConfig {
     /// `--kubeconfig`; `None` infers it as kube does (in-cluster service account,
     /// else `$KUBECONFIG`, else `~/.kube/config`).
     pub kubeconfig: Option<PathBuf>,
-    /// `--kube-api-qps`.
+    /// `--kube-api-qps`: the ceiling of the adaptive rate.
     pub qps: f64,
-    /// `--kube-api-burst`.
+    /// `--kube-api-burst`: the bucket's size at that ceiling.
     pub burst: u32,
 }
 
@@ -46,10 +54,14 @@ pub async fn build(config: &ClientConfig) -> anyhow::Result<Client> {
         http::header::USER_AGENT,
         HeaderValue::from_static(USER_AGENT),
     ));
-    tracing::info!(apiserver = %kube_config.cluster_url, qps = config.qps, burst = config.burst, "kubernetes client");
+    // kube's retry (429/503/504, Retry-After) sits below any layer added here, where the
+    // limiter would see neither the retries nor the 429s; KubeApiLayer puts the same
+    // policy above the limiter instead.
+    kube_config.default_retry = false;
+    tracing::info!(apiserver = %kube_config.cluster_url, qps = config.qps, burst = config.burst, adaptive = true, "kubernetes client");
     let client = ClientBuilder::try_from(kube_config)
         .context("building the kubernetes client")?
-        .with_layer(&TokenBucketLayer::new(config.qps, config.burst))
+        .with_layer(&KubeApiLayer::new(config.qps, config.burst))
         .build();
     Ok(client)
 }

@@ -2,12 +2,18 @@
 //!
 //! Nothing logs secret values: credentials only ever travel inside the SDK's
 //! `SecretValue`, whose `Debug` and `Display` print a placeholder, and the kube
-//! `Config` (which holds tokens and keys) is never logged.
+//! `Config` (which holds tokens and keys) is never logged. And as a backend's own
+//! words may echo them (a fault quoting the login request), every line is written
+//! through the SDK's process-wide scrubber (`banlieue_sdk::scrub`), the same one
+//! conditions and Events pass through: messages and fields alike lose the
+//! credentials of every Provider.
 
 use std::io::IsTerminal as _;
 
+use banlieue_sdk::scrub::ScrubbedWriter;
 use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
 
 /// How log lines look.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -36,12 +42,17 @@ pub fn parse_directives(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Stderr, one scrubbed line per log event.
+fn scrubbed_stderr() -> impl for<'a> MakeWriter<'a> + Send + Sync + 'static {
+    || ScrubbedWriter::new(std::io::stderr())
+}
+
 /// Installs the global subscriber.
 pub fn init(format: LogFormat, directives: &str) -> anyhow::Result<()> {
     let filter = EnvFilter::builder().parse(directives)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(scrubbed_stderr())
         .with_ansi(std::io::stderr().is_terminal());
     let result = match format {
         LogFormat::Plain => builder.try_init(),
@@ -64,6 +75,43 @@ mod tests {
         assert_eq!(directives(None, Some("warn,kube=debug")), "warn,kube=debug");
         assert_eq!(directives(None, None), "info");
         assert_eq!(directives(None, Some("")), "info");
+    }
+
+    #[test]
+    fn log_lines_lose_registered_credentials() {
+        use std::sync::{Arc, Mutex};
+
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let sink = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || ScrubbedWriter::new(sink.clone()))
+            .finish();
+        banlieue_sdk::scrub::global().register("test/logging", ["log-test-s3cr3t\"quoted"]);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(
+                error = "login as root with log-test-s3cr3t\"quoted failed",
+                "check failed"
+            );
+        });
+        banlieue_sdk::scrub::global().forget("test/logging");
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains("login as root with [redacted] failed"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cr3t"), "{text}");
     }
 
     #[test]

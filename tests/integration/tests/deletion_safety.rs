@@ -1,0 +1,338 @@
+//! Deletions that cannot orphan a VM: a Provider with machines on it waits for them
+//! (saying which), a machine whose Provider was removed by force keeps its finalizer
+//! (saying why) until the Provider is back, and a machine that never reached a backend
+//! lets go at once. On the simulator and on a real libvirtd.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banlieue_backend_libvirt::LibvirtFactory;
+use banlieue_backend_sim::SimFactory;
+use banlieue_integration_tests::apply;
+use banlieue_integration_tests::fixtures::sim_provider;
+use banlieue_integration_tests::libvirt::{IMAGE_VOLUME, LibvirtRig, NETWORK, POOL};
+use banlieue_integration_tests::operator::{Operator, wait_for, wait_gone};
+use banlieue_sdk::api::common::ProviderClass;
+use banlieue_sdk::api::infra::libvirt::LibvirtMachine;
+use banlieue_sdk::api::{Provider, VirtualMachine};
+use banlieue_sdk::backend::BackendRegistry;
+use banlieue_sdk::conditions;
+use banlieue_testenv::TestNamespace;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+/// The libvirt guest boots under TCG; leave room for a loaded machine.
+const LIBVIRT_WAIT: Duration = Duration::from_secs(240);
+
+fn sim_world_objects(ns: &TestNamespace) -> Vec<Value> {
+    vec![
+        sim_provider("sim", &format!("sim://{}", ns.name), json!({})),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-small", ns.name)},
+               "spec": {"cpus": 1, "memoryMiB": 512, "disk": {"sizeGiB": 5, "storageClass": "fast"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{}-debian", ns.name)},
+               "spec": {"os": {"family": "linux", "distribution": "debian", "version": "13"}, "sources": {"sim": {"name": "debian"}}}}),
+    ]
+}
+
+fn sim_vm(ns: &TestNamespace, name: &str, provider: &str) -> Value {
+    json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name},
+        "spec": {"classRef": {"name": format!("{}-small", ns.name)}, "imageRef": {"name": format!("{}-debian", ns.name)},
+                 "networks": [{"name": "eth0", "networkClass": "lan"}],
+                 "placement": {"providerRef": {"name": provider}}}
+    })
+}
+
+fn ready(vm: &VirtualMachine) -> bool {
+    vm.status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+}
+
+fn ready_reason(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]) -> String {
+    conditions::get(conds, "Ready")
+        .map(|c| format!("{}: {}", c.reason, c.message))
+        .unwrap_or_default()
+}
+
+async fn events(ns: &TestNamespace, reason: &str) -> Vec<Event> {
+    let api: Api<Event> = ns.api();
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+async fn blocked(providers: &Api<Provider>, name: &str, timeout: Duration) -> String {
+    let provider = wait_for(providers, name, timeout, |p| {
+        p.status.as_ref().is_some_and(|s| {
+            conditions::get(&s.conditions, "Ready").is_some_and(|c| c.reason == "DeletionBlocked")
+        })
+    })
+    .await;
+    assert!(provider.metadata.deletion_timestamp.is_some());
+    ready_reason(&provider.status.unwrap().conditions)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_with_machines_waits_for_them_and_says_which() {
+    let ns = banlieue_testenv::namespace("del-prov").await;
+    for object in sim_world_objects(&ns) {
+        apply(&ns.client, &ns.name, &object).await.expect("fixture");
+    }
+    let operator = Operator::start(ns.client.clone(), &ns.name);
+    let endpoint = format!("sim://{}", ns.name);
+    let vms: Api<VirtualMachine> = ns.api();
+    let providers: Api<Provider> = ns.api();
+    for name in ["a", "b", "c"] {
+        apply(&ns.client, &ns.name, &sim_vm(&ns, name, "sim"))
+            .await
+            .unwrap();
+    }
+    for name in ["a", "b", "c"] {
+        wait_for(&vms, name, WAIT, ready).await;
+    }
+    assert_eq!(operator.sim.machines(&endpoint).len(), 3);
+
+    providers
+        .delete("sim", &DeleteParams::default())
+        .await
+        .unwrap();
+    let message = blocked(&providers, "sim", WAIT).await;
+    assert!(
+        message.starts_with("DeletionBlocked: deletion waits for 3 machine(s) still on this Provider: LibvirtMachine/a, LibvirtMachine/b, LibvirtMachine/c."),
+        "{message}"
+    );
+    // Still there after a while: nothing was forgotten.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(providers.get_opt("sim").await.unwrap().is_some());
+    assert_eq!(operator.sim.machines(&endpoint).len(), 3);
+    let warnings = events(&ns, "DeletionBlocked").await;
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one Warning, not one per look: {warnings:?}"
+    );
+    assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
+
+    // Nothing new lands on a Provider on its way out.
+    apply(&ns.client, &ns.name, &sim_vm(&ns, "late", "sim"))
+        .await
+        .unwrap();
+    let late = wait_for(&vms, "late", WAIT, |vm| {
+        vm.status.as_ref().is_some_and(|s| {
+            conditions::get(&s.conditions, "Scheduled").is_some_and(|c| c.status == "False")
+        })
+    })
+    .await;
+    let scheduled = conditions::get(&late.status.unwrap().conditions, "Scheduled")
+        .unwrap()
+        .clone();
+    assert!(
+        scheduled.message.contains("being deleted"),
+        "{}",
+        scheduled.message
+    );
+
+    // One gone: the message counts down.
+    vms.delete("a", &DeleteParams::default()).await.unwrap();
+    wait_gone(&vms, "a", WAIT).await;
+    let message = wait_for(&providers, "sim", WAIT, |p| {
+        ready_reason(&p.status.clone().unwrap_or_default().conditions).contains("2 machine(s)")
+    })
+    .await;
+    assert!(
+        !ready_reason(&message.status.unwrap().conditions).contains("LibvirtMachine/a"),
+        "a is gone"
+    );
+    assert_eq!(operator.sim.machines(&endpoint).len(), 2);
+
+    for name in ["b", "c", "late"] {
+        vms.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    for name in ["b", "c", "late"] {
+        wait_gone(&vms, name, WAIT).await;
+    }
+    assert!(
+        operator.sim.machines(&endpoint).is_empty(),
+        "every backend VM was deleted through the Provider"
+    );
+    wait_gone(&providers, "sim", WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_whose_provider_was_removed_by_force_keeps_its_vm_until_the_provider_is_back() {
+    let ns = banlieue_testenv::namespace("del-force").await;
+    for object in sim_world_objects(&ns) {
+        apply(&ns.client, &ns.name, &object).await.expect("fixture");
+    }
+    let operator = Operator::start(ns.client.clone(), &ns.name);
+    let endpoint = format!("sim://{}", ns.name);
+    let vms: Api<VirtualMachine> = ns.api();
+    let machines: Api<LibvirtMachine> = ns.api();
+    let providers: Api<Provider> = ns.api();
+    apply(&ns.client, &ns.name, &sim_vm(&ns, "kept", "sim"))
+        .await
+        .unwrap();
+    wait_for(&vms, "kept", WAIT, ready).await;
+
+    // The administrator strips the Provider's finalizer.
+    providers
+        .delete("sim", &DeleteParams::default())
+        .await
+        .unwrap();
+    blocked(&providers, "sim", WAIT).await;
+    providers
+        .patch(
+            "sim",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    wait_gone(&providers, "sim", WAIT).await;
+
+    vms.delete("kept", &DeleteParams::default()).await.unwrap();
+    let machine = wait_for(&machines, "kept", WAIT, |m| {
+        ready_reason(&m.status.clone().unwrap_or_default().conditions)
+            .starts_with("DeleteFailed: ProviderGone")
+    })
+    .await;
+    let message = ready_reason(&machine.status.unwrap().conditions);
+    assert!(
+        message.contains("Provider sim no longer exists")
+            && message.contains("Recreate Provider sim"),
+        "{message}"
+    );
+    let vm = wait_for(&vms, "kept", WAIT, |vm| {
+        vm.status.as_ref().is_some_and(|s| {
+            conditions::get(&s.conditions, "InfrastructureReady")
+                .is_some_and(|c| c.reason == "DeleteFailed" && c.message.contains("ProviderGone"))
+        })
+    })
+    .await;
+    assert!(
+        vm.metadata.deletion_timestamp.is_some(),
+        "the VM waits, saying why"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(vms.get_opt("kept").await.unwrap().is_some());
+    assert_eq!(
+        operator.sim.machines(&endpoint).len(),
+        1,
+        "the backend VM is not forgotten"
+    );
+    assert_eq!(events(&ns, "ProviderGone").await.len(), 1);
+
+    // The Provider comes back: the deletion finishes through it.
+    apply(
+        &ns.client,
+        &ns.name,
+        &sim_provider("sim", &endpoint, json!({})),
+    )
+    .await
+    .unwrap();
+    wait_gone(&vms, "kept", WAIT).await;
+    assert!(operator.sim.machines(&endpoint).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_whose_provider_never_existed_is_deleted_at_once() {
+    let ns = banlieue_testenv::namespace("del-never").await;
+    for object in sim_world_objects(&ns) {
+        apply(&ns.client, &ns.name, &object).await.expect("fixture");
+    }
+    let _operator = Operator::start(ns.client.clone(), &ns.name);
+    let vms: Api<VirtualMachine> = ns.api();
+    apply(&ns.client, &ns.name, &sim_vm(&ns, "nowhere", "missing"))
+        .await
+        .unwrap();
+    wait_for(&vms, "nowhere", WAIT, |vm| {
+        vm.status.as_ref().is_some_and(|s| {
+            conditions::get(&s.conditions, "Scheduled")
+                .is_some_and(|c| c.reason == "ProviderNotFound")
+        })
+    })
+    .await;
+    vms.delete("nowhere", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&vms, "nowhere", WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_libvirt_provider_waits_until_its_domain_is_deleted() {
+    let Some(rig) = LibvirtRig::start() else {
+        return;
+    };
+    let ns = banlieue_testenv::namespace("del-lv").await;
+    let objects = [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "host"},
+        "spec": {
+            "class": "libvirt",
+            "connection": {"endpoint": rig.uri},
+            "capabilities": {
+                "storageClasses": [{"name": "local", "target": {"pool": POOL}}],
+                "networkClasses": [{"name": "isolated", "target": {"network": NETWORK}}]
+            },
+            "settings": {"domainType": "qemu", "pollInterval": "1s", "failureDomain": "rig-host"}
+        }}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-tiny", ns.name)},
+               "spec": {"cpus": 1, "memoryMiB": 256, "firmware": "bios",
+                        "disk": {"sizeGiB": 1, "storageClass": "local"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{}-guest", ns.name)},
+               "spec": {"os": {"family": "linux", "distribution": "busybox", "version": "1"},
+                        "sources": {"libvirt": {"volume": {"pool": POOL, "name": IMAGE_VOLUME}, "format": "qcow2"}}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "guest"},
+               "spec": {"classRef": {"name": format!("{}-tiny", ns.name)},
+                        "imageRef": {"name": format!("{}-guest", ns.name)},
+                        "networks": [{"name": "eth0", "networkClass": "isolated"}]}}),
+    ];
+    for object in &objects {
+        apply(&ns.client, &ns.name, object).await.expect("fixture");
+    }
+    let mut registry = BackendRegistry::default();
+    registry.register(ProviderClass::Libvirt, Arc::new(LibvirtFactory::new()));
+    let _operator = Operator::start_with_registry(
+        ns.client.clone(),
+        &ns.name,
+        registry,
+        Arc::new(SimFactory::new()),
+        Duration::from_secs(5),
+    );
+    let vms: Api<VirtualMachine> = ns.api();
+    let providers: Api<Provider> = ns.api();
+    let machines: Api<LibvirtMachine> = ns.api();
+    // Created on the host (a domain exists) is enough: the guest need not boot.
+    wait_for(&machines, "guest", LIBVIRT_WAIT, |m| {
+        m.spec
+            .provider_id
+            .as_deref()
+            .is_some_and(|id| !id.is_empty())
+    })
+    .await;
+    assert_eq!(rig.domains().len(), 1, "{:?}", rig.domains());
+
+    providers
+        .delete("host", &DeleteParams::default())
+        .await
+        .unwrap();
+    let message = blocked(&providers, "host", WAIT).await;
+    assert!(message.contains("LibvirtMachine/guest"), "{message}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        rig.domains().len(),
+        1,
+        "the domain is kept while its Provider waits"
+    );
+
+    vms.delete("guest", &DeleteParams::default()).await.unwrap();
+    wait_gone(&vms, "guest", LIBVIRT_WAIT).await;
+    assert!(rig.domains().is_empty(), "{:?}", rig.domains());
+    wait_gone(&providers, "host", WAIT).await;
+}
