@@ -81,7 +81,63 @@ where
         .collect()
 }
 
+/// How a machine claiming a provider ID ranks: a provisioned machine (the backend gave
+/// it the ID) before one that was only given it, then the older, then by name.
+pub(crate) type ClaimRank = (bool, Option<k8s_openapi::jiff::Timestamp>, String);
+
+/// The rank of a machine's claim on its provider ID (see [`ClaimRank`]).
+pub(crate) fn claim_rank<K>(machine: &K) -> ClaimRank
+where
+    K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead,
+{
+    let provisioned = machine
+        .machine_status()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned)
+        .unwrap_or(false);
+    (
+        !provisioned,
+        machine.meta().creation_timestamp.as_ref().map(|t| t.0),
+        format!(
+            "{}/{}/{}",
+            K::kind(&()),
+            machine.namespace().unwrap_or_default(),
+            machine.name_any()
+        ),
+    )
+}
+
+/// The cached machines of `store` other than `uid` that claim provider ID `id` and are
+/// not being deleted, ranked.
+fn claiming<K>(store: &Store<K>, id: &str, uid: &str) -> Vec<ClaimRank>
+where
+    K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead + Clone + 'static,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|m| m.provider_id() == Some(id) && m.uid().as_deref() != Some(uid))
+        .filter(|m| m.meta().deletion_timestamp.is_none())
+        .map(|m| claim_rank(m.as_ref()))
+        .collect()
+}
+
 impl Stores {
+    /// The other live machine that claims provider ID `id` and ranks before `rank`
+    /// (see [`ClaimRank`]), as `Kind/namespace/name`: that machine owns the backend VM,
+    /// and a lower claimant (a copied or hand-set `spec.providerID`) must neither adopt
+    /// nor delete it.
+    pub fn elder_claimant(&self, id: &str, uid: &str, rank: &ClaimRank) -> Option<String> {
+        claiming(&self.vsphere, id, uid)
+            .into_iter()
+            .chain(claiming(&self.proxmox, id, uid))
+            .chain(claiming(&self.libvirt, id, uid))
+            .chain(claiming(&self.cloud_hypervisor, id, uid))
+            .filter(|other| other < rank)
+            .min()
+            .map(|(_, _, other)| other)
+    }
+
     /// The infra machines (`Kind/name`, sorted) that hold Provider `provider` of
     /// `namespace`: while any exists, deleting the Provider would strand its backend VM.
     pub fn machines_on(&self, namespace: &str, provider: &str) -> Vec<String> {

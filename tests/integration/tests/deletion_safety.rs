@@ -336,3 +336,60 @@ async fn a_libvirt_provider_waits_until_its_domain_is_deleted() {
     assert!(rig.domains().is_empty(), "{:?}", rig.domains());
     wait_gone(&providers, "host", WAIT).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_copying_another_machines_provider_id_neither_adopts_nor_deletes_its_vm() {
+    let ns = banlieue_testenv::namespace("del-copy-id").await;
+    for object in sim_world_objects(&ns) {
+        apply(&ns.client, &ns.name, &object).await.expect("fixture");
+    }
+    let operator = Operator::start(ns.client.clone(), &ns.name);
+    let endpoint = format!("sim://{}", ns.name);
+    let vms: Api<VirtualMachine> = ns.api();
+    let machines: Api<LibvirtMachine> = ns.api();
+    apply(&ns.client, &ns.name, &sim_vm(&ns, "owner", "sim"))
+        .await
+        .unwrap();
+    wait_for(&vms, "owner", WAIT, ready).await;
+    let owned = machines.get("owner").await.unwrap();
+    let id = owned.spec.provider_id.clone().expect("provisioned");
+    let census = operator.sim.machines(&endpoint);
+    assert_eq!(census.len(), 1);
+
+    // A hand-made machine claiming the same VM.
+    let intruder = json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachine",
+        "metadata": {"name": "intruder"},
+        "spec": {"providerRef": {"name": "sim"}, "providerID": id,
+                 "image": {"path": "/var/lib/images/debian.qcow2"},
+                 "storagePool": "default", "cpus": 1, "memoryMiB": 256}});
+    apply(&ns.client, &ns.name, &intruder).await.unwrap();
+    let refused = wait_for(&machines, "intruder", WAIT, |m| {
+        ready_reason(&m.status.clone().unwrap_or_default().conditions)
+            .starts_with("TerminalFailure: ProviderIDInUse")
+    })
+    .await;
+    let message = ready_reason(&refused.status.unwrap().conditions);
+    assert!(
+        message.contains(&format!("LibvirtMachine/{}/owner", ns.name)),
+        "{message}"
+    );
+    assert_eq!(
+        operator.sim.machines(&endpoint),
+        census,
+        "the VM was not adopted, retagged or duplicated"
+    );
+
+    // Deleting the intruder keeps the owner's VM.
+    machines
+        .delete("intruder", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&machines, "intruder", WAIT).await;
+    assert_eq!(operator.sim.machines(&endpoint), census);
+    assert!(ready(&vms.get("owner").await.unwrap()));
+
+    // The owner's own deletion still deletes it.
+    vms.delete("owner", &DeleteParams::default()).await.unwrap();
+    wait_gone(&vms, "owner", WAIT).await;
+    assert!(operator.sim.machines(&endpoint).is_empty());
+}

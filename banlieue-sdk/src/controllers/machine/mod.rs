@@ -230,6 +230,16 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         .await?;
         return Ok(Action::await_change());
     }
+    if let Some(owner) = elder_claimant(machine, ctx) {
+        let error = BackendError::terminal(
+            PROVIDER_ID_IN_USE,
+            format!(
+                "spec.providerID {} is the providerID of {owner}, which was there first: one backend VM cannot belong to two machines, so this one neither adopts nor deletes it. Delete this object, or re-create it without spec.providerID to get a VM of its own",
+                machine.provider_id().unwrap_or_default()
+            ),
+        );
+        return provider_id_conflict(machine, ctx, &error).await;
+    }
     let gate = capi::gate(machine, ctx).await?;
     let (placement, capi_bootstrap) = match gate {
         capi::Gate::Standalone => (None, None),
@@ -468,6 +478,25 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
     if let Some(why) = capi::paused(machine, ctx).await? {
         return Err(Error::Paused(why));
     }
+    if let Some(owner) = elder_claimant(machine, ctx) {
+        // Its spec.providerID names another machine's VM: deleting through it would
+        // delete that machine's VM.
+        ctx.event(
+            machine,
+            EventType::Normal,
+            "BackendVMKept",
+            "Delete",
+            format!(
+                "the backend VM {} belongs to {owner}, and is kept",
+                machine.provider_id().unwrap_or_default()
+            ),
+        )
+        .await;
+        ctx.written
+            .machines
+            .forget(&machine.uid().unwrap_or_default());
+        return Ok(Action::await_change());
+    }
     let provider = provider_of(machine, ctx).or_else(|| {
         let landed = machine.machine_status()?.failure_domain.as_deref()?;
         let (provider, _) = crate::capi::failure_domains::split_name(landed)?;
@@ -602,6 +631,25 @@ async fn read_bootstrap<K: Machine>(
         user_data: SecretValue::new(value),
         network_config: text("network-config").map(SecretValue::new),
     }))
+}
+
+/// Reason of the terminal failure of a machine whose `spec.providerID` is an older
+/// machine's.
+const PROVIDER_ID_IN_USE: &str = "ProviderIDInUse";
+
+/// Another live machine with the same `spec.providerID` that ranks first (provisioned,
+/// then older), which owns the backend VM. Only asked of machines that could be
+/// newcomers (not yet provisioned) or are being deleted: a scan of the caches, not paid
+/// on every resync of a settled machine.
+fn elder_claimant<K: Machine>(machine: &K, ctx: &Context) -> Option<String> {
+    let id = machine.provider_id().filter(|id| !id.is_empty())?;
+    let rank = super::context::claim_rank(machine);
+    let provisioned = !rank.0;
+    if provisioned && machine.meta().deletion_timestamp.is_none() {
+        return None;
+    }
+    ctx.stores
+        .elder_claimant(id, &machine.uid().unwrap_or_default(), &rank)
 }
 
 /// Reason of the terminal failure of a machine whose `spec.providerID` names another
