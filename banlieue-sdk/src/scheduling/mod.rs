@@ -214,7 +214,7 @@ pub fn schedule(input: &Input<'_>) -> Decision {
     if matching.is_empty() {
         let message = match &placement.provider_ref {
             Some(r) => format!(
-                "Provider {:?} does not exist in namespace {:?}",
+                "Provider {} does not exist in namespace {}",
                 r.name,
                 namespace(input.vm)
             ),
@@ -402,7 +402,7 @@ fn image_refuses_bootstrap(input: &Input<'_>) -> Option<Decision> {
     Some(Decision::Unschedulable {
         reason: "BootstrapFormatUnsupported",
         message: format!(
-            "VMImage {:?} declares bootstrapFormats [{}]: it cannot take {} bootstrap data",
+            "VMImage {} declares bootstrapFormats [{}]: it cannot take {} bootstrap data",
             input.image.metadata.name.as_deref().unwrap_or_default(),
             names.join(", "),
             capabilities::bootstrap_format_name(format)
@@ -523,13 +523,13 @@ fn domain_usable(
     );
     for class in storage {
         if !offers_storage(class) {
-            return Err(format!("storage class {class:?} not offered"));
+            return Err(format!("storage class {class} not offered"));
         }
     }
     for network in &input.vm.spec.networks {
         if !offers_network(&network.network_class) {
             return Err(format!(
-                "network class {:?} not offered",
+                "network class {} not offered",
                 network.network_class
             ));
         }
@@ -540,7 +540,7 @@ fn domain_usable(
     };
     for feature in &input.class.required_features {
         if !features.contains(&feature) {
-            return Err(format!("feature {feature:?} not offered"));
+            return Err(format!("feature {feature} not offered"));
         }
     }
     Ok(())

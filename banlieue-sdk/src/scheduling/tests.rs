@@ -280,7 +280,7 @@ fn unschedulable_reasons() {
     no_network.spec.networks[0].network_class = "backend".into();
     match decide(&no_network, &providers, &[]) {
         Decision::Unschedulable { message, .. } => assert!(
-            message.contains("network class \"backend\" not offered"),
+            message.contains("network class backend not offered"),
             "{message}"
         ),
         other => panic!("{other:?}"),

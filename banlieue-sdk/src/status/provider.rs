@@ -91,17 +91,17 @@ fn no_failure_domains(spec: &ProviderSpec, inventory: &Inventory) -> String {
         .iter()
         .map(|d| {
             if d.location.is_empty() {
-                format!("{:?}", d.name)
+                d.name.clone()
             } else {
                 let at: Vec<String> = d.location.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                format!("{:?} ({})", d.name, at.join(", "))
+                format!("{} ({})", d.name, at.join(", "))
             }
         })
         .collect();
     let found: Vec<String> = inventory
         .failure_domains
         .iter()
-        .map(|fd| format!("{:?}", fd.name))
+        .map(|fd| fd.name.clone())
         .collect();
     format!(
         "none of the declared failure domains exists on the backend: declared {}; the backend has {}",
@@ -293,8 +293,8 @@ mod tests {
         let ready = conditions::get(&status.conditions, "Ready").unwrap();
         assert_eq!(ready.reason, "NoFailureDomains");
         assert!(
-            ready.message.contains("\"zone-1\" (host=h9)")
-                && ready.message.contains("the backend has \"a\", \"b\""),
+            ready.message.contains("zone-1 (host=h9)")
+                && ready.message.contains("the backend has a, b"),
             "{}",
             ready.message
         );
