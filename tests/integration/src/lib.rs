@@ -1,6 +1,7 @@
 //! Helpers for banlieue's tests against a real kube-apiserver: loading manifests and
 //! applying arbitrary objects with server-side apply.
 
+pub mod admission_cases;
 pub mod capi;
 pub mod chaos;
 pub mod cloud_hypervisor;
