@@ -485,7 +485,7 @@ async fn placement_honours_failure_domains() {
         (ErrorClass::Terminal, "UnknownFailureDomain")
     );
     assert!(
-        err.message.contains("\"z9\"") && err.message.contains("z1, z2"),
+        err.message.contains("failure domain z9 does not exist") && err.message.contains("z1, z2"),
         "{}",
         err.message
     );

@@ -301,7 +301,7 @@ async fn missing_imports_are_terminal_and_never_copied_from_the_image() {
 
     // Nothing imported: terminal, naming the disk; nothing is written.
     let err = assert_error(backend.ensure(&target).await, "ImportedDiskMissing", false);
-    assert!(err.message.contains("\"os\""), "{err}");
+    assert!(err.message.contains("disk os ("), "{err}");
     assert!(
         files_in(&rig.state_dir).is_empty(),
         "{:?}",
@@ -316,7 +316,7 @@ async fn missing_imports_are_terminal_and_never_copied_from_the_image() {
         "DiskNotStaged",
         false,
     );
-    assert!(err.message.contains("\"data\""), "{err}");
+    assert!(err.message.contains("disk data "), "{err}");
     assert!(files_in(&rig.state_dir).is_empty());
 
     // Only the OS disk imported, the spec asks for `data` too: no empty disk stands in.
@@ -326,7 +326,7 @@ async fn missing_imports_are_terminal_and_never_copied_from_the_image() {
         .await
         .expect("import");
     let err = assert_error(backend.ensure(&target).await, "ImportedDiskMissing", false);
-    assert!(err.message.contains("\"data\""), "{err}");
+    assert!(err.message.contains("disk data ("), "{err}");
     assert_eq!(files_in(&rig.state_dir), [format!("{uid}.imported")]);
 
     // A machine deleted before it was made takes its import with it.

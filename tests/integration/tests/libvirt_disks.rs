@@ -403,7 +403,7 @@ async fn a_running_machine_is_not_exported_and_missing_imports_never_fall_back_t
         "DiskNotStaged",
         false,
     );
-    assert!(err.message.contains("\"data\""), "{err}");
+    assert!(err.message.contains("disk data"), "{err}");
     assert_eq!(rig.volumes(), [IMAGE_VOLUME]);
 
     // Only the OS disk imported, the spec asks for `data` too: no empty disk stands in.

@@ -229,7 +229,7 @@ mod tests {
         let err = check(&dir, &spec()).unwrap_err();
         assert_eq!(err.reason, "ImportedDiskMissing");
         assert!(
-            !err.is_transient() && err.message.contains("\"os\""),
+            !err.is_transient() && err.message.contains("disk os ("),
             "{err}"
         );
         std::fs::create_dir(dir.imported()).unwrap();
