@@ -5,7 +5,9 @@
 //! deleted meanwhile answers 404. Retrying from a fresh cache fixes these by itself:
 //! they are logged at debug level and retried soon. Anything else (a rule the API
 //! server enforces, a forbidden write, a backend failure) is a real failure, logged
-//! as a warning and retried with backoff.
+//! as a warning and retried with backoff. An object banlieue wrote that the API server
+//! refused as invalid ([`rejected`]) is neither: it becomes a condition on the user's
+//! object, since the same write fails the same way.
 
 use std::time::Duration;
 
@@ -44,6 +46,19 @@ pub(crate) fn kube_race(error: &kube::Error) -> bool {
 fn status_code(error: &kube::Error) -> Option<u16> {
     match error {
         kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// The API server's words when it refused an object banlieue wrote as invalid (400,
+/// 422): a fault in what banlieue derived from the user's objects, which the user must
+/// see on their VM; retrying the same write would fail the same way. `None` for other
+/// errors (conflicts, outages), which are retried.
+pub(crate) fn rejected(error: &kube::Error) -> Option<String> {
+    match error {
+        kube::Error::Api(status) if status.code == 400 || status.code == 422 => {
+            Some(status.message.clone())
+        }
         _ => None,
     }
 }

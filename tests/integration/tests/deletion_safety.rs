@@ -36,6 +36,17 @@ fn sim_world_objects(ns: &TestNamespace) -> Vec<Value> {
     ]
 }
 
+/// A namespace with the sim world, an operator on it, and the sim Provider's endpoint.
+async fn sim_world(prefix: &str) -> (TestNamespace, Operator, String) {
+    let ns = banlieue_testenv::namespace(prefix).await;
+    for object in sim_world_objects(&ns) {
+        apply(&ns.client, &ns.name, &object).await.expect("fixture");
+    }
+    let operator = Operator::start(ns.client.clone(), &ns.name);
+    let endpoint = format!("sim://{}", ns.name);
+    (ns, operator, endpoint)
+}
+
 fn sim_vm(ns: &TestNamespace, name: &str, provider: &str) -> Value {
     json!({
         "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name},
@@ -81,12 +92,7 @@ async fn blocked(providers: &Api<Provider>, name: &str, timeout: Duration) -> St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_with_machines_waits_for_them_and_says_which() {
-    let ns = banlieue_testenv::namespace("del-prov").await;
-    for object in sim_world_objects(&ns) {
-        apply(&ns.client, &ns.name, &object).await.expect("fixture");
-    }
-    let operator = Operator::start(ns.client.clone(), &ns.name);
-    let endpoint = format!("sim://{}", ns.name);
+    let (ns, operator, endpoint) = sim_world("del-prov").await;
     let vms: Api<VirtualMachine> = ns.api();
     let providers: Api<Provider> = ns.api();
     for name in ["a", "b", "c"] {
@@ -167,12 +173,7 @@ async fn a_provider_with_machines_waits_for_them_and_says_which() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_whose_provider_was_removed_by_force_keeps_its_vm_until_the_provider_is_back() {
-    let ns = banlieue_testenv::namespace("del-force").await;
-    for object in sim_world_objects(&ns) {
-        apply(&ns.client, &ns.name, &object).await.expect("fixture");
-    }
-    let operator = Operator::start(ns.client.clone(), &ns.name);
-    let endpoint = format!("sim://{}", ns.name);
+    let (ns, operator, endpoint) = sim_world("del-force").await;
     let vms: Api<VirtualMachine> = ns.api();
     let machines: Api<LibvirtMachine> = ns.api();
     let providers: Api<Provider> = ns.api();
@@ -243,11 +244,7 @@ async fn a_machine_whose_provider_was_removed_by_force_keeps_its_vm_until_the_pr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_whose_provider_never_existed_is_deleted_at_once() {
-    let ns = banlieue_testenv::namespace("del-never").await;
-    for object in sim_world_objects(&ns) {
-        apply(&ns.client, &ns.name, &object).await.expect("fixture");
-    }
-    let _operator = Operator::start(ns.client.clone(), &ns.name);
+    let (ns, _operator, _) = sim_world("del-never").await;
     let vms: Api<VirtualMachine> = ns.api();
     apply(&ns.client, &ns.name, &sim_vm(&ns, "nowhere", "missing"))
         .await
@@ -339,12 +336,7 @@ async fn a_libvirt_provider_waits_until_its_domain_is_deleted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_copying_another_machines_provider_id_neither_adopts_nor_deletes_its_vm() {
-    let ns = banlieue_testenv::namespace("del-copy-id").await;
-    for object in sim_world_objects(&ns) {
-        apply(&ns.client, &ns.name, &object).await.expect("fixture");
-    }
-    let operator = Operator::start(ns.client.clone(), &ns.name);
-    let endpoint = format!("sim://{}", ns.name);
+    let (ns, operator, endpoint) = sim_world("del-copy-id").await;
     let vms: Api<VirtualMachine> = ns.api();
     let machines: Api<LibvirtMachine> = ns.api();
     apply(&ns.client, &ns.name, &sim_vm(&ns, "owner", "sim"))

@@ -81,17 +81,18 @@ pub(super) async fn ensure<K: Machine>(
                     Err(kube::Error::Api(status)) if status.code == 404 => {
                         return Ok(not_installed());
                     }
-                    // Refused as invalid: retrying the same claim fails the same way.
-                    Err(kube::Error::Api(status)) if status.code == 400 || status.code == 422 => {
-                        return Ok(Addresses::Waiting {
-                            reason: "IPAddressClaimRejected",
-                            message: format!(
-                                "the API server refused IPAddressClaim {name} (pool {} {}): {}",
-                                pool.kind, pool.name, status.message
-                            ),
-                        });
-                    }
-                    Err(error) => return Err(error.into()),
+                    Err(error) => match super::super::expected::rejected(&error) {
+                        Some(why) => {
+                            return Ok(Addresses::Waiting {
+                                reason: "IPAddressClaimRejected",
+                                message: format!(
+                                    "the API server refused IPAddressClaim {name} (pool {} {}): {why}",
+                                    pool.kind, pool.name
+                                ),
+                            });
+                        }
+                        None => return Err(error.into()),
+                    },
                 }
             }
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(not_installed()),

@@ -295,7 +295,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     }
 
     let ensured = match bootstrap::ensure_secret(vm, ctx).await {
-        Err(error) => match rejected(&error) {
+        Err(error) => match super::expected::rejected(&error) {
             Some(why) => Err((
                 "BootstrapSecretRejected",
                 format!("the API server refused the bootstrap Secret banlieue writes: {why}"),
@@ -367,7 +367,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     copy_disk::keep_lineage(&mut built, current_infra);
     if !current_infra.is_some_and(|e| e.matches(&built)) {
         if let Err(error) = infra::apply(ctx, &built).await {
-            let Some(why) = rejected(&error) else {
+            let Some(why) = super::expected::rejected(&error) else {
                 return Err(error.into());
             };
             let message = format!(
@@ -610,19 +610,6 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         }
     }
     Ok(Action::await_change())
-}
-
-/// The API server's words when it refused an object banlieue wrote as invalid (400,
-/// 422): a fault in what banlieue derived from the user's objects, which the user must
-/// see on their VM; retrying the same write would fail the same way. `None` for other
-/// errors (conflicts, outages), which are retried.
-fn rejected(error: &kube::Error) -> Option<String> {
-    match error {
-        kube::Error::Api(status) if status.code == 400 || status.code == 422 => {
-            Some(status.message.clone())
-        }
-        _ => None,
-    }
 }
 
 /// Whether the backend refused to delete `machine`'s VM (its `Ready` says why).
