@@ -15,7 +15,7 @@ help: ## List targets.
 
 .PHONY: demo
 demo: ## Run banlieue end to end on a local control plane with the simulated backend (DEMO_ONESHOT=1: exit once all VMs are Ready).
-	@hack/build-deps.sh; assets=$$($(TESTBIN_BUILD)); \
+	@hack/build-deps.sh; assets=$$($(TESTBIN_BUILD)); tests/testbin/go-cache.sh prune; \
 	$(CARGO) build --locked -p banlieue -p banlieue-demo; \
 	bin=$${CARGO_TARGET_DIR:-target}/debug; \
 	KUBEBUILDER_ASSETS="$$assets" exec "$$bin/banlieue-demo" --operator "$$bin/banlieue"
@@ -35,6 +35,9 @@ bench-copy: libvirt fake-cloud-hypervisor ## CopyDisk copy throughput (a 2 GiB d
 	"$$bin/copy-bench" --fake-vmm "$$bin/fake-ch-vmm" $(BENCH_COPY_ARGS)
 
 .PHONY: test
+# One-off suite runs gain nothing from incremental artifacts, and they take several GiB
+# (more than a small CI disk has left for the copy tests' staging).
+test: export CARGO_INCREMENTAL ?= 0
 test: testbin lint crds-check features-check manifests-check dockerfile-check docs-check publish-check semver-check ## The whole test suite (what CI runs).
 	hack/build-deps.sh
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --workspace --all-features --locked --no-fail-fast
@@ -69,6 +72,7 @@ features-check: ## A build with one backend feature links no other backend crate
 .PHONY: testbin
 testbin: fakepve vcsim capi libvirt fake-cloud-hypervisor ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
 	@$(TESTBIN_BUILD)
+	@tests/testbin/go-cache.sh prune
 
 .PHONY: vcsim
 vcsim: ## Build vcsim (govmomi's vCenter simulator, project-owned main) into a versioned cache dir.

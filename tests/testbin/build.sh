@@ -17,6 +17,7 @@ if [[ -x "$dir/kube-apiserver" && -x "$dir/etcd" ]]; then
 fi
 
 mkdir -p "$dir"
+source ./go-cache.sh
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false -trimpath"
 ldflags="-s -w"
 echo "testbin: building etcd ${ETCD_VERSION} (first run only)" >&2

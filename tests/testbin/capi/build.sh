@@ -27,6 +27,7 @@ if [[ -x "$dir/manager" && -x "$dir/clusterctl" && -d "$dir/crds-kubeadm" && -d 
   exit 0
 fi
 
+source ../go-cache.sh
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false -trimpath"
 rm -rf "$dir.tmp"
 mkdir -p "$dir.tmp"

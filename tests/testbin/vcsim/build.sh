@@ -20,6 +20,7 @@ fi
 
 echo "vcsim: building govmomi ${govmomi_version}'s simulator (first run only)" >&2
 mkdir -p "$dir"
+source ../go-cache.sh
 CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false -trimpath" \
   go build -ldflags "-s -w" -o "$dir/vcsim.tmp" .
 mv "$dir/vcsim.tmp" "$dir/vcsim"
