@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # Copies the shared libraries the BINARYs load (as `ldd` resolves them) into DIR, except
-# glibc's and the GCC runtime's: the runtime image (distroless/cc, Debian 12) has those,
-# from the same Debian release as the build image. The Dockerfile's build stages run
-# this for banlieue (in build-full: libvirt's client library and its dependencies) and
-# qemu-img (glib, GnuTLS, zstd, liburing, ...), into one directory: a library two of
-# them need is copied once.
+# glibc's and the GCC runtime's unless --all. hack/image-rootfs.sh runs it with --all
+# (the image has no base) for banlieue (full: libvirt's client library and its
+# dependencies) and qemu-img (glib, GnuTLS, zstd, liburing, ...), into one directory:
+# a library two of them need is copied once.
 #
-# Usage: hack/runtime-libs.sh BINARY... DIR
-#        hack/runtime-libs.sh --list BINARY...   (print the libraries' names, copy
-#                                                nothing; hack/check-dockerfile.sh uses it)
+# Usage: hack/runtime-libs.sh [--all] BINARY... DIR
+#        hack/runtime-libs.sh [--all] --list BINARY...   (print the libraries' names,
+#                                                copy nothing; hack/check-dockerfile.sh uses it)
+# --all: glibc's and the GCC runtime's too, for an image with no base
+# (hack/image-rootfs.sh).
 set -euo pipefail
 
-list=0
-if [[ "${1:-}" == --list ]]; then
-  list=1
+list=0 all=0
+while [[ "${1:-}" == --list || "${1:-}" == --all ]]; do
+  [[ "$1" == --list ]] && list=1
+  [[ "$1" == --all ]] && all=1
   shift
-fi
+done
 if (( list ? $# < 1 : $# < 2 )); then
   echo "usage: $0 BINARY... DIR | $0 --list BINARY..." >&2
   exit 2
@@ -46,7 +48,7 @@ if (( ! list )); then
 fi
 count=0
 while read -r name path; do
-  case "$name" in
+  (( all )) || case "$name" in
     ld-linux*|libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|libresolv.so.*|libutil.so.*|libanl.so.*) continue ;;
     libgcc_s.so.*|libstdc++.so.*|libgomp.so.*) continue ;;
   esac

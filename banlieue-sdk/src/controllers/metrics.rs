@@ -112,8 +112,10 @@ impl Metrics {
         let label = ControllerLabel {
             controller: controller.into(),
         };
+        // Created at the first reconcile (as 0), so that a rate over it is 0, not absent.
+        let errors = self.reconcile_errors.get_or_create(&label);
         if result == "error" {
-            self.reconcile_errors.get_or_create(&label).inc();
+            errors.inc();
         }
         self.reconcile_time
             .get_or_create(&label)

@@ -39,6 +39,8 @@ impl Operator {
             .arg(kubeconfig)
             .arg(format!("--health-addr={health}"))
             .arg(format!("--diagnostics-address={diagnostics}"))
+            // Loopback only, scraped by the bench itself.
+            .arg("--insecure-diagnostics")
             .arg("--log-format=plain")
             .args(extra)
             .stdin(Stdio::null())

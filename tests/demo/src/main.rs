@@ -416,16 +416,12 @@ impl Session<'_> {
     fn instructions(&self, log: Option<&Path>, expected: &[String]) {
         let kubeconfig = self.control_plane.kubeconfig_path().display();
         let example = expected.first().map_or("web-1", String::as_str);
-        let kubectl_note = if on_path("kubectl") {
-            ""
-        } else {
-            "   # kubectl is not on PATH; make demo does not install it"
-        };
+        let (kubectl, kubectl_note) = kubectl();
         out!("The control plane and the operator keep running. In another terminal:\n");
         out!("  export KUBECONFIG={kubeconfig}");
-        out!("  kubectl get bvm,bprov -o wide{kubectl_note}");
+        out!("  {kubectl} get bvm,bprov -o wide{kubectl_note}");
         out!(
-            "  kubectl patch bvm {example} --type=merge -p '{{\"spec\":{{\"powerState\":\"PoweredOff\"}}}}'"
+            "  {kubectl} patch bvm {example} --type=merge -p '{{\"spec\":{{\"powerState\":\"PoweredOff\"}}}}'"
         );
         out!();
         match log {
@@ -464,6 +460,22 @@ fn display_path(path: &Path) -> String {
 }
 
 /// Whether an executable named `name` is on `PATH`.
+/// The kubectl to name in the hints: the one `make testbin` built beside the apiserver
+/// (same Kubernetes version), else one on PATH, else a note saying there is none.
+fn kubectl() -> (String, &'static str) {
+    let built = std::env::var_os("KUBEBUILDER_ASSETS")
+        .map(|dir| Path::new(&dir).join("kubectl"))
+        .filter(|path| path.is_file());
+    match built {
+        Some(path) => (path.display().to_string(), ""),
+        None if on_path("kubectl") => ("kubectl".to_owned(), ""),
+        None => (
+            "kubectl".to_owned(),
+            "   # no kubectl: tests/testbin/build.sh builds one into KUBEBUILDER_ASSETS",
+        ),
+    }
+}
+
 fn on_path(name: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))

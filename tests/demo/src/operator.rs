@@ -67,6 +67,8 @@ impl Operator {
             .arg(kubeconfig)
             .arg(format!("--health-addr={health}"))
             .arg(format!("--diagnostics-address=127.0.0.1:{metrics_port}"))
+            // Loopback only, scraped by the demo itself.
+            .arg("--insecure-diagnostics")
             .args(["--log-format=plain", "--sync-period=30s"])
             .stdin(Stdio::null())
             .process_group(0);

@@ -155,11 +155,14 @@ fn resource_of(object: &Value) -> anyhow::Result<(ApiResource, bool)> {
 }
 
 async fn apply_all(args: &OperatorArgs) -> anyhow::Result<()> {
-    let client = client::build(&ClientConfig {
-        kubeconfig: args.kubeconfig.clone(),
-        qps: 50.0,
-        burst: 100,
-    })
+    let client = client::build(
+        &ClientConfig {
+            kubeconfig: args.kubeconfig.clone(),
+            qps: 50.0,
+            burst: 100,
+        },
+        &mut prometheus_client::registry::Registry::default(),
+    )
     .await?;
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let objects = install::components(&args.install.options());

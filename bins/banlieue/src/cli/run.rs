@@ -74,10 +74,17 @@ pub struct RunCommand {
     #[arg(long, env = "BANLIEUE_HEALTH_ADDR", value_name = "ADDR", default_value = ":9440", value_parser = parse_bind_address)]
     health_addr: BindAddress,
 
-    /// Address of the metrics server (`/metrics`): `:PORT`, `HOST:PORT`, or `0` to disable.
-    /// Plain HTTP for now; TLS and TokenReview/SubjectAccessReview authentication come later.
+    /// Address of the diagnostics server (`/metrics`): `:PORT`, `HOST:PORT`, or `0` to
+    /// disable. HTTPS (a self-signed certificate) for callers whose bearer token a
+    /// TokenReview authenticates and a SubjectAccessReview allows `get` on the path
+    /// (401 without a valid token, 403 when denied), as Cluster API providers serve it.
     #[arg(long, env = "BANLIEUE_DIAGNOSTICS_ADDRESS", value_name = "ADDR", default_value = ":8443", value_parser = parse_bind_address)]
     diagnostics_address: BindAddress,
+
+    /// Serve diagnostics over plain HTTP to anyone, without TokenReview or
+    /// SubjectAccessReview (for a loopback address or a trusted network).
+    #[arg(long, env = "BANLIEUE_INSECURE_DIAGNOSTICS")]
+    insecure_diagnostics: bool,
 
     /// How often a settled object is reconciled again (e.g. `10m`, `1h30m`).
     #[arg(long, env = "BANLIEUE_SYNC_PERIOD", value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
@@ -187,6 +194,7 @@ impl RunCommand {
             },
             health_addr: self.health_addr.0,
             diagnostics_addr: self.diagnostics_address.0,
+            insecure_diagnostics: self.insecure_diagnostics,
             leader,
             settings: Settings {
                 namespace: non_empty(&self.namespace),

@@ -13,7 +13,7 @@ use super::{CONTROLLER_NAME, DEPLOYMENT_NAME, Options, PROVIDER, PROVIDER_LABEL,
 pub const HEALTH_PORT: u16 = 9440;
 /// The metrics port (`/metrics`).
 pub const METRICS_PORT: u16 = 8443;
-/// The user and group the manager runs as: distroless's `nonroot`, the Dockerfile's
+/// The user and group the manager runs as: the image's `nonroot`, the Dockerfile's
 /// `USER` (hack/check-dockerfile.sh checks they agree), as Cluster API's managers do.
 pub const RUN_AS_ID: u32 = 65532;
 /// Where the manager stages `CopyDisk` disks (`--staging-dir`): the mount of the

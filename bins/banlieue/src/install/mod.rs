@@ -30,6 +30,8 @@ pub const CONTROLLER_NAME: &str = "banlieue-controller";
 pub const AGGREGATE_ROLE_NAME: &str = "banlieue-capi-infrastructure";
 /// The Role and RoleBinding for the leader election Lease.
 pub const LEADER_ELECTION_NAME: &str = "banlieue-leader-election";
+/// The ClusterRole that may read `/metrics` (bind it to the scraper's ServiceAccount).
+pub const METRICS_READER_NAME: &str = "banlieue-metrics-reader";
 /// The Deployment (and the `control-plane` label value of its pods).
 pub const DEPLOYMENT_NAME: &str = "banlieue-controller-manager";
 
@@ -66,7 +68,8 @@ pub fn common_labels() -> Value {
 }
 
 /// Every object of an install, in apply order: the Namespace, the CRDs, the
-/// ServiceAccount, RBAC, Cluster API's aggregate role, then the Deployment.
+/// ServiceAccount, RBAC, Cluster API's aggregate role, the metrics reader role, then
+/// the Deployment.
 pub fn components(options: &Options) -> Vec<Value> {
     let ns = options.namespace.as_str();
     let mut objects = vec![namespace(ns)];
@@ -77,6 +80,7 @@ pub fn components(options: &Options) -> Vec<Value> {
     objects.push(rbac::leader_election_role(ns));
     objects.push(rbac::leader_election_binding(ns));
     objects.push(aggregate_cluster_role());
+    objects.push(rbac::metrics_reader_cluster_role());
     objects.push(deployment(options));
     objects
 }

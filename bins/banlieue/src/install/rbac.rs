@@ -4,7 +4,10 @@
 
 use serde_json::{Value, json};
 
-use super::{AGGREGATE_ROLE_NAME, CONTROLLER_NAME, LEADER_ELECTION_NAME, common_labels, labelled};
+use super::{
+    AGGREGATE_ROLE_NAME, CONTROLLER_NAME, LEADER_ELECTION_NAME, METRICS_READER_NAME, common_labels,
+    labelled,
+};
 
 /// Every verb on an object.
 const ALL: [&str; 7] = [
@@ -85,7 +88,25 @@ pub fn controller_cluster_role() -> Value {
                 // Addresses from Cluster API IPAM pools: claims owned by the machine.
                 rule(&["ipam.cluster.x-k8s.io"], &names(&["ipaddressclaims"]), &ALL),
                 rule(&["ipam.cluster.x-k8s.io"], &names(&["ipaddresses"]), &READ),
+                // Who may read /metrics (runtime/diagnostics): the caller's token is
+                // reviewed, then its access.
+                rule(&["authentication.k8s.io"], &names(&["tokenreviews"]), &["create"]),
+                rule(&["authorization.k8s.io"], &names(&["subjectaccessreviews"]), &["create"]),
             ],
+        }),
+        &[],
+    )
+}
+
+/// `banlieue-metrics-reader`: `get` on `/metrics`, for Prometheus' ServiceAccount (bind
+/// it), as kubebuilder's `metrics-reader` role is.
+pub fn metrics_reader_cluster_role() -> Value {
+    labelled(
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": METRICS_READER_NAME},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
         }),
         &[],
     )

@@ -71,6 +71,7 @@ fn components_are_the_crds_rbac_and_deployment_in_apply_order() {
             "Role",
             "RoleBinding",
             "ClusterRole",
+            "ClusterRole",
             "Deployment"
         ]
     );
@@ -318,6 +319,13 @@ fn the_controller_role_is_not_aggregated_and_has_no_wildcards() {
         ("", "secrets", "create", true),
         ("", "configmaps", "get", true),
         ("", "configmaps", "update", false),
+        ("authentication.k8s.io", "tokenreviews", "create", true),
+        (
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            "create",
+            true,
+        ),
         ("", "events", "create", true),
         ("ipam.cluster.x-k8s.io", "ipaddressclaims", "delete", true),
         ("ipam.cluster.x-k8s.io", "ipaddresses", "list", true),
@@ -467,5 +475,18 @@ fn the_deployment_args_are_accepted_by_banlieue_run() {
         ),
         "{argv:?}: {:?}",
         parsed.err()
+    );
+}
+
+#[test]
+fn the_metrics_reader_may_get_metrics_and_nothing_else() {
+    let objects = components(&Options::default());
+    let reader = of_kind(&objects, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == super::METRICS_READER_NAME)
+        .expect("the metrics reader role is installed");
+    assert_eq!(
+        reader["rules"],
+        serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
     );
 }

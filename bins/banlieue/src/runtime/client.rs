@@ -9,7 +9,10 @@ use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+use prometheus_client::registry::Registry;
+
 use super::rate_limit::KubeApiLayer;
+use super::request_metrics::RequestMetricsLayer;
 
 /// `--kube-api-qps`: the ceiling of the adaptive client rate, which halves on each round
 /// of 429s from the apiserver (docs/adr/0016-kube-api-rate-limits.md).
@@ -33,8 +36,9 @@ pub struct ClientConfig {
     pub burst: u32,
 }
 
-/// Builds the client. Logs the apiserver URL, never the credentials.
-pub async fn build(config: &ClientConfig) -> anyhow::Result<Client> {
+/// Builds the client, its request counts registered in `registry`. Logs the apiserver
+/// URL, never the credentials.
+pub async fn build(config: &ClientConfig, registry: &mut Registry) -> anyhow::Result<Client> {
     let mut kube_config = match &config.kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
@@ -59,8 +63,15 @@ pub async fn build(config: &ClientConfig) -> anyhow::Result<Client> {
     // policy above the limiter instead.
     kube_config.default_retry = false;
     tracing::info!(apiserver = %kube_config.cluster_url, qps = config.qps, burst = config.burst, adaptive = true, "kubernetes client");
+    let host = kube_config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    // Innermost: every request sent counts, each retry included.
     let client = ClientBuilder::try_from(kube_config)
         .context("building the kubernetes client")?
+        .with_layer(&RequestMetricsLayer::new(registry, host))
         .with_layer(&KubeApiLayer::new(config.qps, config.burst))
         .build();
     Ok(client)

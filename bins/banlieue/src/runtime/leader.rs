@@ -22,6 +22,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
 use anyhow::Context as _;
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 
@@ -61,18 +66,48 @@ impl LeaderConfig {
     }
 }
 
-/// Whether this replica holds the Lease; cheap to clone and read (for `/readyz`).
+/// Whether this replica holds the Lease; cheap to clone and read (for `/readyz`), and
+/// exported as client-go's `leader_election_master_status{name}` (1 while leading).
 #[derive(Clone, Debug, Default)]
-pub struct LeaderStatus(Arc<AtomicBool>);
+pub struct LeaderStatus {
+    leading: Arc<AtomicBool>,
+    gauge: Gauge,
+}
+
+/// `name`: the Lease's.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabel {
+    name: String,
+}
 
 impl LeaderStatus {
+    /// A status whose gauge is registered in `registry` for the Lease `lease_name`.
+    pub fn registered(registry: &mut Registry, lease_name: &str) -> Self {
+        let family = Family::<LeaseLabel, Gauge>::default();
+        registry.register(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            family.clone(),
+        );
+        let gauge = family
+            .get_or_create(&LeaseLabel {
+                name: lease_name.to_owned(),
+            })
+            .clone();
+        Self {
+            leading: Arc::default(),
+            gauge,
+        }
+    }
+
     /// True while this replica holds the Lease.
     pub fn is_leader(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.leading.load(Ordering::SeqCst)
     }
 
     fn set(&self, leader: bool) {
-        self.0.store(leader, Ordering::SeqCst);
+        self.leading.store(leader, Ordering::SeqCst);
+        self.gauge.set(i64::from(leader));
     }
 }
 

@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 use super::client::ClientConfig;
 use super::leader::{LeaderConfig, LeaderElection, LeaderStatus};
 use super::shutdown::{Stop, StopReason};
-use super::{backends, client, health, metrics, shutdown};
+use super::{backends, client, diagnostics, health, shutdown};
 
 /// How long the controllers get to finish after SIGTERM/SIGINT.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -25,6 +25,9 @@ pub struct RunConfig {
     pub health_addr: Option<SocketAddr>,
     /// `--diagnostics-address` (`None`: disabled).
     pub diagnostics_addr: Option<SocketAddr>,
+    /// `--insecure-diagnostics`: plain HTTP and no authentication on the diagnostics
+    /// server.
+    pub insecure_diagnostics: bool,
     /// Leader election, when `--leader-elect`.
     pub leader: Option<LeaderConfig>,
     /// What the controllers watch and how.
@@ -55,19 +58,27 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         tracing::warn!("no backend adapter compiled in: no Provider can become ready");
     }
 
-    let client = client::build(&config.client).await?;
     let mut metrics_registry = Registry::default();
+    let client = client::build(&config.client, &mut metrics_registry).await?;
     let metrics = Arc::new(Metrics::new(&mut metrics_registry));
     let readiness = Readiness::default();
     let stop = Stop::default();
     shutdown::on_signals(stop.clone())?;
 
-    let leader_status = config.leader.as_ref().map(|_| LeaderStatus::default());
+    let leader_status = config
+        .leader
+        .as_ref()
+        .map(|leader| LeaderStatus::registered(&mut metrics_registry, &leader.lease_name));
     if let Some(addr) = config.health_addr {
         health::serve(addr, readiness.clone(), leader_status.clone()).await?;
     }
     if let Some(addr) = config.diagnostics_addr {
-        metrics::serve(addr, Arc::new(metrics_registry)).await?;
+        let security = if config.insecure_diagnostics {
+            diagnostics::Security::Insecure
+        } else {
+            diagnostics::Security::Secure(client.clone())
+        };
+        diagnostics::serve(addr, Arc::new(metrics_registry), security).await?;
     }
 
     let election = match (&config.leader, leader_status) {

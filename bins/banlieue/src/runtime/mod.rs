@@ -2,11 +2,12 @@
 
 pub mod backends;
 pub mod client;
+pub mod diagnostics;
 pub mod health;
 mod http;
 pub mod leader;
 pub mod logging;
 pub mod manager;
-pub mod metrics;
 pub mod rate_limit;
+pub mod request_metrics;
 pub mod shutdown;

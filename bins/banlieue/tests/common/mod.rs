@@ -50,6 +50,22 @@ pub fn free_port() -> u16 {
 /// Starts `banlieue run` for `namespace`, logging JSON to `log` (appended to, so a
 /// restarted operator's log follows its predecessor's), with `extra` flags.
 pub fn start(namespace: &str, log: &std::path::Path, extra: &[&str]) -> Replica {
+    spawn(namespace, log, "0", extra)
+}
+
+/// [`start`] with the diagnostics server on a free loopback port (secure unless `extra`
+/// says `--insecure-diagnostics`); returns that port too.
+pub fn start_with_diagnostics(
+    namespace: &str,
+    log: &std::path::Path,
+    extra: &[&str],
+) -> (Replica, u16) {
+    let port = free_port();
+    let replica = spawn(namespace, log, &format!("127.0.0.1:{port}"), extra);
+    (replica, port)
+}
+
+fn spawn(namespace: &str, log: &std::path::Path, diagnostics: &str, extra: &[&str]) -> Replica {
     let health = free_port();
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -69,7 +85,7 @@ pub fn start(namespace: &str, log: &std::path::Path, extra: &[&str]) -> Replica 
             "--health-addr",
             &format!("127.0.0.1:{health}"),
             "--diagnostics-address",
-            "0",
+            diagnostics,
         ])
         .args(extra)
         .stdout(Stdio::null())
