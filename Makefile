@@ -70,9 +70,13 @@ features-check: ## A build with one backend feature links no other backend crate
 	hack/check-feature-isolation.sh
 
 .PHONY: testbin
-testbin: fakepve vcsim capi libvirt fake-cloud-hypervisor ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
+testbin: fakepve vcsim capi libvirt fake-cloud-hypervisor node-rig ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
 	@$(TESTBIN_BUILD)
 	@tests/testbin/go-cache.sh prune
+
+.PHONY: node-rig
+node-rig: ## Install containerd, runc, CNI plugins and socat (Debian) and build the pause image for the real node rig (tests/testbin/node).
+	@tests/testbin/node/build.sh >/dev/null
 
 .PHONY: vcsim
 vcsim: ## Build vcsim (govmomi's vCenter simulator, project-owned main) into a versioned cache dir.

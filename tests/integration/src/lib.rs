@@ -10,6 +10,7 @@ pub mod fakepve;
 pub mod fixtures;
 pub mod libvirt;
 pub mod messages;
+pub mod node_rig;
 pub mod operator;
 pub mod vcsim;
 

@@ -14,6 +14,11 @@ const ALL: [&str; 7] = [
     "create", "delete", "get", "list", "patch", "update", "watch",
 ];
 const READ: [&str; 3] = ["get", "list", "watch"];
+/// Objects the controllers create and delete themselves. No `update`: every write is a
+/// patch (server-side apply, merge and JSON patches).
+const OWNED: [&str; 6] = ["create", "delete", "get", "list", "patch", "watch"];
+/// Objects users create, whose finalizers and labels the controllers patch.
+const WATCHED: [&str; 4] = ["get", "list", "patch", "watch"];
 
 /// `(plural, has a status subresource)` of every CRD of `group`, sorted by plural.
 fn resources_of(group: &str) -> Vec<(String, bool)> {
@@ -66,27 +71,46 @@ fn names(items: &[&str]) -> Vec<String> {
 pub fn controller_cluster_role() -> Value {
     let core = banlieue_sdk::api::GROUP;
     let infra = banlieue_sdk::api::INFRA_GROUP;
-    let mut ours = with_status(core);
-    ours.extend(finalizers(core));
-    let mut infra_resources = with_status(infra);
-    infra_resources.extend(finalizers(infra));
+    let plurals = |group: &str| -> Vec<String> {
+        resources_of(group).into_iter().map(|(plural, _)| plural).collect()
+    };
+    let statuses = |group: &str| -> Vec<String> {
+        resources_of(group)
+            .into_iter()
+            .filter(|(_, status)| *status)
+            .map(|(plural, _)| format!("{plural}/status"))
+            .collect()
+    };
+    // The infrastructure machines are made (and removed) for VirtualMachines; the
+    // clusters and templates are Cluster API's or the user's.
+    let (infra_machines, infra_others): (Vec<String>, Vec<String>) =
+        plurals(infra).into_iter().partition(|p| p.ends_with("machines"));
+    let mut finalizer_owners = finalizers(core);
+    finalizer_owners.extend(finalizers(infra));
+    let mut status = statuses(core);
+    status.extend(statuses(infra));
     labelled(
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": CONTROLLER_NAME},
             "rules": [
-                rule(&[core], &ours, &ALL),
-                rule(&[infra], &infra_resources, &ALL),
-                // The owning Machine (bootstrap data, failure domain) and Cluster (pause).
+                rule(&[core], &plurals(core), &WATCHED),
+                rule(&[infra], &infra_others, &WATCHED),
+                rule(&[infra], &infra_machines, &OWNED),
+                // Status is written by server-side apply: a patch of the subresource.
+                rule(&[core, infra], &status, &["patch"]),
+                // Owner references with blockOwnerDeletion need `update` on the owner's
+                // finalizers where OwnerReferencesPermissionEnforcement is on.
+                rule(&[core, infra], &finalizer_owners, &["update"]),
                 rule(&["cluster.x-k8s.io"], &names(&["clusters", "machines"]), &READ),
                 // Bootstrap data (read), credentials (read), and the Secrets banlieue
                 // creates for guests (NoCloud/Ignition payloads), which it owns.
-                rule(&[""], &names(&["secrets"]), &ALL),
+                rule(&[""], &names(&["secrets"]), &OWNED),
                 rule(&[""], &names(&["configmaps"]), &READ),
                 rule(&["", "events.k8s.io"], &names(&["events"]), &["create", "patch"]),
                 // Addresses from Cluster API IPAM pools: claims owned by the machine.
-                rule(&["ipam.cluster.x-k8s.io"], &names(&["ipaddressclaims"]), &ALL),
+                rule(&["ipam.cluster.x-k8s.io"], &names(&["ipaddressclaims"]), &OWNED),
                 rule(&["ipam.cluster.x-k8s.io"], &names(&["ipaddresses"]), &READ),
                 // Who may read /metrics (runtime/diagnostics): the caller's token is
                 // reviewed, then its access.

@@ -297,8 +297,18 @@ fn the_controller_role_is_not_aggregated_and_has_no_wildcards() {
             .any(|(g, r, v)| g.contains(group) && r.contains(resource) && v.contains(verb))
     };
     let table = [
-        ("banlieue.io", "virtualmachines", "create", true),
+        // Users create VirtualMachines; the controllers patch them.
+        ("banlieue.io", "virtualmachines", "create", false),
+        ("banlieue.io", "virtualmachines", "patch", true),
+        ("banlieue.io", "virtualmachines", "update", false),
+        ("banlieue.io", "providers", "delete", false),
         ("banlieue.io", "virtualmachines/status", "patch", true),
+        ("banlieue.io", "virtualmachines/status", "update", false),
+        // Infrastructure machines are made for VirtualMachines; clusters are not.
+        ("infrastructure.banlieue.io", "libvirtmachines", "create", true),
+        ("infrastructure.banlieue.io", "libvirtmachines", "delete", true),
+        ("infrastructure.banlieue.io", "libvirtclusters", "create", false),
+        ("infrastructure.banlieue.io", "libvirtmachinetemplates", "create", false),
         ("banlieue.io", "virtualmachines/finalizers", "update", true),
         ("banlieue.io", "providers", "watch", true),
         (
@@ -317,6 +327,7 @@ fn the_controller_role_is_not_aggregated_and_has_no_wildcards() {
         ("cluster.x-k8s.io", "clusters", "watch", true),
         ("cluster.x-k8s.io", "machines", "delete", false),
         ("", "secrets", "create", true),
+        ("", "secrets", "update", false),
         ("", "configmaps", "get", true),
         ("", "configmaps", "update", false),
         ("authentication.k8s.io", "tokenreviews", "create", true),

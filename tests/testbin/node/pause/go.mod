@@ -1,0 +1,3 @@
+module banlieue.test/pause
+
+go 1.22
