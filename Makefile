@@ -83,7 +83,7 @@ vcsim: ## Build vcsim (govmomi's vCenter simulator, project-owned main) into a v
 	@tests/testbin/vcsim/build.sh >/dev/null
 
 .PHONY: capi
-capi: ## Build Cluster API's core manager and clusterctl (tests/testbin/capi) into a versioned cache dir.
+capi: ## Build Cluster API v1.14 (core, kubeadm bootstrap and control-plane managers, clusterctl), their images and a clusterctl repository (tests/testbin/capi) into a versioned cache dir.
 	@tests/testbin/capi/build.sh >/dev/null
 
 .PHONY: libvirt

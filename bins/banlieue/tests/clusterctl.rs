@@ -11,8 +11,9 @@
 //!
 //! What a cluster without nodes cannot run: cert-manager. `clusterctl init` only checks
 //! that cert-manager's API accepts an Issuer and a Certificate (it creates and deletes
-//! test ones), so the test serves cert-manager's two kinds as CRDs without its
-//! controller (banlieue's components contain no cert-manager objects). No pod runs:
+//! test ones), so the test serves cert-manager's kinds as CRDs without its controller
+//! (`banlieue_integration_tests::cert_stand_in::install_crds`, the test-only stand-in's;
+//! banlieue's components contain no cert-manager objects). No pod runs:
 //! banlieue's Deployment is installed but not started (`--wait-providers` is off), and the
 //! kubeadm bootstrap/control-plane providers (clusterctl's defaults on a first init) are
 //! not installed: the CAPI rig is registered as an already-installed core provider, so
@@ -367,28 +368,11 @@ async fn clusterctl_init_installs_banlieue_next_to_capi() {
     banlieue_integration_tests::apply(&client, capi::NAMESPACE, &core)
         .await
         .expect("registering CAPI core in clusterctl's inventory");
-    // cert-manager's API without its controller (see the module docs).
-    for kind in ["Issuer", "Certificate"] {
-        let plural = format!("{}s", kind.to_lowercase());
-        let crd = json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": format!("{plural}.cert-manager.io")},
-            "spec": {
-                "group": "cert-manager.io",
-                "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural, "singular": kind.to_lowercase()},
-                "scope": "Namespaced",
-                "versions": [{
-                    "name": "v1", "served": true, "storage": true,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                }],
-            },
-        });
-        banlieue_integration_tests::apply(&client, "default", &crd)
-            .await
-            .expect("cert-manager CRD");
-    }
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // cert-manager's API without its controller (see the module docs): the test-only
+    // stand-in's CRDs, installed and Established.
+    banlieue_integration_tests::cert_stand_in::install_crds(&client)
+        .await
+        .expect("cert-manager's CRDs (the test stand-in's)");
 
     let kubeconfig = kubeconfig();
     let out = repo.run(

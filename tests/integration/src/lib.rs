@@ -3,6 +3,7 @@
 
 pub mod admission_cases;
 pub mod capi;
+pub mod cert_stand_in;
 pub mod chaos;
 pub mod cloud_hypervisor;
 pub mod crashable;

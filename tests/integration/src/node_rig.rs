@@ -364,6 +364,15 @@ impl NodeRig {
         &self.state
     }
 
+    /// The apiserver's audit events so far (`<state>/audit.log`): every request made by
+    /// a ServiceAccount, at the Metadata level (user, verb, objectRef, responseStatus).
+    pub fn audit_events(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.state.join("audit.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
     /// `path` as the rig's processes see it: through `/proc/<rig.sh>/root`, in the rig's
     /// mount namespace (the kubelet's volume mounts, such as a Pod's projected
     /// ServiceAccount token, exist only there; the host sees empty mount points).

@@ -196,6 +196,42 @@ async fn the_operator_runs_in_a_pod_from_its_image_and_makes_a_vm_ready() {
         !log.to_lowercase().contains("forbidden"),
         "the operator was refused something:\n{log}"
     );
+    // What the operator's ServiceAccount did, from the apiserver's audit log: nothing
+    // refused, and which of its ClusterRole's grants the run used.
+    let me = "system:serviceaccount:banlieue-system:banlieue-controller";
+    let mine: Vec<_> = rig
+        .audit_events()
+        .into_iter()
+        .filter(|e| e["user"]["username"] == me)
+        .collect();
+    assert!(!mine.is_empty(), "no audit event of {me}");
+    let refused: Vec<_> = mine
+        .iter()
+        .filter(|e| e["responseStatus"]["code"] == 403)
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the apiserver refused the operator: {refused:#?}"
+    );
+    let mut used = std::collections::BTreeSet::new();
+    for e in &mine {
+        let object = &e["objectRef"];
+        let resource = match object["subresource"].as_str() {
+            Some(sub) => format!("{}/{sub}", object["resource"].as_str().unwrap_or("")),
+            None => object["resource"].as_str().unwrap_or("").to_owned(),
+        };
+        let group = object["apiGroup"].as_str().unwrap_or("");
+        used.insert(format!(
+            "{} {group}/{resource}",
+            e["verb"].as_str().unwrap_or("")
+        ));
+    }
+    eprintln!(
+        "in-cluster: {} requests by {me}, none refused; verbs used:\n  {}",
+        mine.len(),
+        used.into_iter().collect::<Vec<_>>().join("\n  ")
+    );
     let leftovers = rig.stop();
     assert!(
         leftovers.is_empty(),

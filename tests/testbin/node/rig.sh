@@ -215,6 +215,17 @@ kubeconfig admin "$admin_token"
 for who in controller-manager scheduler kubelet kube-proxy; do kubeconfig "$who" "$(<"$state/token-$who")"; done
 
 # --- Control plane --------------------------------------------------------------------
+# The audit log (<state>/audit.log, JSON lines): every request of a ServiceAccount at the
+# Metadata level, so that a test can list what the Pods' identities did and were refused.
+cat >"$state/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+POLICY
 start etcd etcd --name=rig --data-dir="$state/etcd" \
   --listen-client-urls=http://127.0.0.1:2379 --advertise-client-urls=http://127.0.0.1:2379 \
   --listen-peer-urls=http://127.0.0.1:2380 --initial-advertise-peer-urls=http://127.0.0.1:2380 \
@@ -236,6 +247,8 @@ start kube-apiserver kube-apiserver \
   --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
   --requestheader-extra-headers-prefix=X-Remote-Extra- \
   --proxy-client-cert-file="$pki/front-proxy-client.crt" --proxy-client-key-file="$pki/front-proxy-client.key" \
+  --audit-policy-file="$state/audit-policy.yaml" --audit-log-path="$state/audit.log" \
+  --audit-log-format=json --audit-log-mode=blocking \
   --profiling=false
 wait_for kube-apiserver 60 kubectl --kubeconfig "$state/admin.kubeconfig" get --raw /readyz
 # The host's door to the apiserver (the test process proxies TCP on loopback to it).

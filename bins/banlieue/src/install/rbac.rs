@@ -72,7 +72,10 @@ pub fn controller_cluster_role() -> Value {
     let core = banlieue_sdk::api::GROUP;
     let infra = banlieue_sdk::api::INFRA_GROUP;
     let plurals = |group: &str| -> Vec<String> {
-        resources_of(group).into_iter().map(|(plural, _)| plural).collect()
+        resources_of(group)
+            .into_iter()
+            .map(|(plural, _)| plural)
+            .collect()
     };
     let statuses = |group: &str| -> Vec<String> {
         resources_of(group)
@@ -83,8 +86,9 @@ pub fn controller_cluster_role() -> Value {
     };
     // The infrastructure machines are made (and removed) for VirtualMachines; the
     // clusters and templates are Cluster API's or the user's.
-    let (infra_machines, infra_others): (Vec<String>, Vec<String>) =
-        plurals(infra).into_iter().partition(|p| p.ends_with("machines"));
+    let (infra_machines, infra_others): (Vec<String>, Vec<String>) = plurals(infra)
+        .into_iter()
+        .partition(|p| p.ends_with("machines"));
     let mut finalizer_owners = finalizers(core);
     finalizer_owners.extend(finalizers(infra));
     let mut status = statuses(core);

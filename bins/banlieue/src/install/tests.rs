@@ -305,10 +305,30 @@ fn the_controller_role_is_not_aggregated_and_has_no_wildcards() {
         ("banlieue.io", "virtualmachines/status", "patch", true),
         ("banlieue.io", "virtualmachines/status", "update", false),
         // Infrastructure machines are made for VirtualMachines; clusters are not.
-        ("infrastructure.banlieue.io", "libvirtmachines", "create", true),
-        ("infrastructure.banlieue.io", "libvirtmachines", "delete", true),
-        ("infrastructure.banlieue.io", "libvirtclusters", "create", false),
-        ("infrastructure.banlieue.io", "libvirtmachinetemplates", "create", false),
+        (
+            "infrastructure.banlieue.io",
+            "libvirtmachines",
+            "create",
+            true,
+        ),
+        (
+            "infrastructure.banlieue.io",
+            "libvirtmachines",
+            "delete",
+            true,
+        ),
+        (
+            "infrastructure.banlieue.io",
+            "libvirtclusters",
+            "create",
+            false,
+        ),
+        (
+            "infrastructure.banlieue.io",
+            "libvirtmachinetemplates",
+            "create",
+            false,
+        ),
         ("banlieue.io", "virtualmachines/finalizers", "update", true),
         ("banlieue.io", "providers", "watch", true),
         (
