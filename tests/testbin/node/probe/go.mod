@@ -1,0 +1,3 @@
+module banlieue.io/testbin/node/probe
+
+go 1.22
