@@ -13,36 +13,12 @@ use std::time::{Duration, Instant};
 use banlieue_integration_tests::apply;
 use banlieue_integration_tests::capi::rig_dir_or_skip;
 use banlieue_integration_tests::cert_stand_in::{self, CertStandIn};
-use banlieue_integration_tests::node_rig::NodeRig;
+use banlieue_integration_tests::node_rig::{NodeRig, banlieue_image};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ListParams};
 use serde_json::json;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The image `make image` (a prerequisite of `make test`) wrote.
-fn banlieue_image() -> Option<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"));
-    let archive = target
-        .join("image")
-        .join(format!("banlieue-{VERSION}-full.oci.tar"));
-    if archive.is_file() {
-        return Some(archive);
-    }
-    let why = format!("no image archive {} (run `make image`)", archive.display());
-    assert!(
-        !banlieue_testenv::rigs_required(),
-        "required under CI and make: {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-    None
-}
 
 /// The local repository: CAPI's three providers as tests/testbin/capi built them, and
 /// banlieue's release (`bootstrap release`); the clusterctl configuration naming them.

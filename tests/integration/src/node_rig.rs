@@ -115,6 +115,29 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// banlieue's full image, `target/image/banlieue-<version>-full.oci.tar` (written by
+/// `make image`, a prerequisite of `make test`), or `None` when it is missing outside CI
+/// and make (the test then skips, saying why); under CI and make a missing archive panics.
+pub fn banlieue_image() -> Option<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    let archive = target.join("image").join(format!(
+        "banlieue-{}-full.oci.tar",
+        env!("CARGO_PKG_VERSION")
+    ));
+    if archive.is_file() {
+        return Some(archive);
+    }
+    let why = format!("no image archive {} (run `make image`)", archive.display());
+    assert!(
+        !banlieue_testenv::rigs_required(),
+        "required under CI and make: {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
 /// The directory with the Kubernetes binaries: `$KUBEBUILDER_ASSETS`, else
 /// `/usr/local/kubebuilder/bin` (as envtest), when it has all of them.
 pub fn binaries_dir() -> Result<PathBuf, String> {

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use banlieue_integration_tests::node_rig::NodeRig;
+use banlieue_integration_tests::node_rig::{NodeRig, banlieue_image};
 use banlieue_integration_tests::{apply, load_manifests};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -18,28 +18,6 @@ const DEPLOYMENT: &str = "banlieue-controller-manager";
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// `target/image/banlieue-<version>-full.oci.tar`, which `make image` (a prerequisite of
-/// `make test`) writes.
-fn image_archive() -> Option<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"));
-    let archive = target.join("image").join(format!(
-        "banlieue-{}-full.oci.tar",
-        env!("CARGO_PKG_VERSION")
-    ));
-    if archive.is_file() {
-        return Some(archive);
-    }
-    let why = format!("no image archive {} (run `make image`)", archive.display());
-    assert!(
-        !banlieue_testenv::rigs_required(),
-        "required under CI and make: {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-    None
 }
 
 async fn wait<T>(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {
@@ -58,7 +36,7 @@ async fn wait<T>(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_runs_in_a_pod_from_its_image_and_makes_a_vm_ready() {
-    let Some(archive) = image_archive() else {
+    let Some(archive) = banlieue_image() else {
         return;
     };
     let Some(rig) = NodeRig::start().await else {

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use banlieue_integration_tests::node_rig::{NodeRig, pause_dir};
+use banlieue_integration_tests::node_rig::{NodeRig, banlieue_image, pause_dir};
 use banlieue_integration_tests::{apply, load_manifests};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams};
@@ -18,26 +18,6 @@ const TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn image_archive() -> Option<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"));
-    let archive = target.join("image").join(format!(
-        "banlieue-{}-full.oci.tar",
-        env!("CARGO_PKG_VERSION")
-    ));
-    if archive.is_file() {
-        return Some(archive);
-    }
-    let why = format!("no image archive {} (run `make image`)", archive.display());
-    assert!(
-        !banlieue_testenv::rigs_required(),
-        "required under CI and make: {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-    None
 }
 
 fn ready(pod: &Pod) -> bool {
@@ -66,7 +46,7 @@ fn probe(name: &str, account: &str, url: &str, token: bool) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_answer_200_403_401_to_pods_as_the_apiserver_decides() {
-    let Some(archive) = image_archive() else {
+    let Some(archive) = banlieue_image() else {
         return;
     };
     let Some(rig) = NodeRig::start().await else {
