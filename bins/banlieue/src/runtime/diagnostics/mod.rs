@@ -1,5 +1,6 @@
 //! The diagnostics server (`--diagnostics-address`, `:8443`): `/metrics` in the
-//! OpenMetrics text format, as Cluster API providers serve it.
+//! OpenMetrics text format, and CPU profiles at `/debug/pprof/profile` in Go's pprof
+//! format (pprof.rs), as Cluster API providers serve them.
 //!
 //! By default over HTTPS (a self-signed certificate made at start, as controller-runtime
 //! does without a cert dir), and only to callers the apiserver vouches for: a bearer
@@ -10,6 +11,7 @@
 
 mod access;
 mod metrics;
+mod pprof;
 mod tls;
 
 use std::net::SocketAddr;
@@ -39,6 +41,7 @@ pub async fn serve(
 ) -> anyhow::Result<SocketAddr> {
     let app = Router::new()
         .route("/metrics", get(metrics::metrics))
+        .route("/debug/pprof/profile", get(pprof::profile))
         .with_state(registry);
     match security {
         Security::Insecure => {
