@@ -1,5 +1,5 @@
 //! Two `banlieue run --leader-elect` processes against a real apiserver: one reconciles,
-//! the other stands by (`/readyz` 503); kill -9 the leader and the other takes over.
+//! the other stands by (`/readyz` says `standby`); kill -9 the leader and the other takes over.
 
 mod common;
 

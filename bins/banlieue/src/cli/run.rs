@@ -53,6 +53,14 @@ pub struct RunCommand {
     #[arg(long, env = "BANLIEUE_LEADER_ELECT_RETRY_PERIOD", value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     leader_elect_retry_period: Duration,
 
+    /// How long in-flight reconciles get to finish after SIGTERM/SIGINT before they
+    /// are dropped (as a crash would) and the Lease is released. Keep it below the
+    /// Pod's `terminationGracePeriodSeconds` (10 s as installed): a replica killed
+    /// while draining cannot release its Lease, and the next leader then waits for it
+    /// to expire.
+    #[arg(long, env = "BANLIEUE_GRACEFUL_SHUTDOWN_TIMEOUT", value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    graceful_shutdown_timeout: Duration,
+
     /// Name of the leader election Lease.
     #[arg(
         long,
@@ -196,6 +204,7 @@ impl RunCommand {
             diagnostics_addr: self.diagnostics_address.0,
             insecure_diagnostics: self.insecure_diagnostics,
             leader,
+            shutdown_timeout: self.graceful_shutdown_timeout,
             settings: Settings {
                 namespace: non_empty(&self.namespace),
                 watch_filter: non_empty(&self.watch_filter),
@@ -254,6 +263,7 @@ mod tests {
         assert_eq!(cmd.leader_elect_retry_period, Duration::from_secs(2));
         assert_eq!(cmd.leader_election_id, "banlieue-leader-election");
         assert_eq!(cmd.leader_election_namespace, None);
+        assert_eq!(cmd.graceful_shutdown_timeout, Duration::from_secs(5));
         assert_eq!(cmd.health_addr.0, Some("0.0.0.0:9440".parse().unwrap()));
         assert_eq!(
             cmd.diagnostics_address.0,
@@ -297,6 +307,7 @@ mod tests {
             "--leader-elect-renew-deadline=45s",
             "--leader-elect-retry-period=500ms",
             "--leader-election-id=my-lease",
+            "--graceful-shutdown-timeout=2s",
             "--health-addr=127.0.0.1:19440",
             "--diagnostics-address=0",
             "--sync-period=1h30m",
@@ -324,6 +335,7 @@ mod tests {
         assert_eq!(leader.namespace, "from-pod");
         assert_eq!(leader.lease_seconds(), Ok((60, 15)));
         assert_eq!(leader.retry_period, Duration::from_millis(500));
+        assert_eq!(config.shutdown_timeout, Duration::from_secs(2));
         assert_eq!(config.health_addr, Some("127.0.0.1:19440".parse().unwrap()));
         assert_eq!(config.diagnostics_addr, None);
         assert_eq!(config.client.qps, 5.5);

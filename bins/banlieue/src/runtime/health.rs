@@ -18,11 +18,14 @@ struct Probes {
     leader: Option<LeaderStatus>,
 }
 
-/// The answer of `/readyz`: ready when the controllers' caches have synced and,
-/// with leader election on, this replica holds the lease.
+/// The answer of `/readyz`: ready when the controllers' caches have synced, and a
+/// standby replica (leader election on, the Lease held by another) is ready too, as
+/// Cluster API's managers are. Were it not, a rolling update of one replica would
+/// never finish: the new Pod could not become Ready before the old one released the
+/// Lease, and the old one is only stopped once the new one is Ready.
 pub fn readyz(ready: bool, leader: Option<bool>) -> (StatusCode, &'static str) {
     match (leader, ready) {
-        (Some(false), _) => (StatusCode::SERVICE_UNAVAILABLE, "not the leader"),
+        (Some(false), _) => (StatusCode::OK, "standby: another replica holds the Lease"),
         (_, false) => (StatusCode::SERVICE_UNAVAILABLE, "caches not synced"),
         (_, true) => (StatusCode::OK, "ok"),
     }
@@ -91,7 +94,10 @@ mod tests {
         let (status, body) = get(addr, "/readyz").await;
         assert_eq!(
             (status.as_str(), body.as_str()),
-            ("HTTP/1.0 503 Service Unavailable", "not the leader")
+            (
+                "HTTP/1.0 200 OK",
+                "standby: another replica holds the Lease"
+            )
         );
         assert!(get(addr, "/nope").await.0.contains("404"));
     }
@@ -106,19 +112,17 @@ mod tests {
     }
 
     #[test]
-    fn ready_needs_the_lease_when_electing() {
+    fn a_standby_is_ready_and_says_so() {
         assert_eq!(readyz(true, Some(true)), (StatusCode::OK, "ok"));
         assert_eq!(
             readyz(false, Some(true)),
             (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
         );
-        assert_eq!(
-            readyz(true, Some(false)),
-            (StatusCode::SERVICE_UNAVAILABLE, "not the leader")
-        );
-        assert_eq!(
-            readyz(false, Some(false)),
-            (StatusCode::SERVICE_UNAVAILABLE, "not the leader")
-        );
+        for synced in [true, false] {
+            assert_eq!(
+                readyz(synced, Some(false)),
+                (StatusCode::OK, "standby: another replica holds the Lease")
+            );
+        }
     }
 }

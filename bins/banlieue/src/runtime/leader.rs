@@ -9,17 +9,19 @@
 //! - `--leader-elect-renew-deadline`: the holder renews this long after its last
 //!   renewal, i.e. `lease duration - renew deadline` (kube-lease-manager's "grace")
 //!   before the Lease would expire;
-//! - `--leader-elect-retry-period`: the pause between attempts after an API error
-//!   while waiting for the Lease. (While another replica holds a valid Lease,
-//!   kube-lease-manager sleeps until it expires rather than polling.)
+//! - `--leader-elect-retry-period`: how often a waiting replica reads the Lease, and
+//!   the pause between attempts after an API error. kube-lease-manager alone sleeps
+//!   until the holder's Lease would expire; a Lease *released* by a holder shutting
+//!   down gracefully is seen at the next read and taken at once, as client-go's
+//!   candidates do (they retry every retry period).
 //!
 //! A renewal that fails with an API error counts as lost leadership: the holder
 //! cannot know whether the Lease is still its own, so it stops, as a
 //! controller-runtime manager does when its renew deadline passes.
 
 use std::hash::{BuildHasher, RandomState};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -28,6 +30,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use anyhow::Context as _;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 
 /// Leader election settings.
@@ -113,9 +117,12 @@ impl LeaderStatus {
 
 /// One replica's participation in the election.
 pub struct LeaderElection {
-    manager: LeaseManager,
+    /// Replaced when the Lease is seen released, so that its state is read afresh.
+    manager: Mutex<Arc<LeaseManager>>,
+    client: kube::Client,
+    leases: Api<Lease>,
+    config: LeaderConfig,
     identity: String,
-    retry_period: Duration,
     status: LeaderStatus,
 }
 
@@ -129,41 +136,59 @@ impl LeaderElection {
     ) -> anyhow::Result<Self> {
         let (duration, grace) = config.lease_seconds().map_err(anyhow::Error::msg)?;
         let identity = identity();
-        let manager = LeaseManagerBuilder::new(client, &config.lease_name)
-            .with_namespace(&config.namespace)
-            .with_identity(&identity)
-            .with_duration(duration)
-            .with_grace(grace)
-            // The field manager stays per identity (kube-lease-manager-<identity>):
-            // server-side apply conflicts between replicas are what make the lock safe.
-            .build()
-            .await
-            .with_context(|| {
-                format!("preparing Lease {}/{}", config.namespace, config.lease_name)
-            })?;
+        let manager = build_manager(&client, config, &identity).await?;
         tracing::info!(
             lease = %config.lease_name, namespace = %config.namespace, %identity,
             lease_duration_seconds = duration, renew_before_expiry_seconds = grace,
             "leader election prepared"
         );
         Ok(Self {
-            manager,
+            manager: Mutex::new(Arc::new(manager)),
+            leases: Api::namespaced(client.clone(), &config.namespace),
+            client,
+            config: config.clone(),
             identity,
-            retry_period: config.retry_period,
             status,
         })
+    }
+
+    fn manager(&self) -> Arc<LeaseManager> {
+        self.manager
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Waits until this replica holds the Lease, retrying API errors every retry period.
     pub async fn acquire(&self) {
         tracing::info!(identity = %self.identity, "waiting to become the leader");
+        let retry = self.config.retry_period;
         loop {
-            match self.manager.changed().await {
+            let manager = self.manager();
+            let changed = tokio::select! {
+                changed = manager.changed() => changed,
+                () = self.released() => {
+                    // kube-lease-manager would sleep until the old holder's expiry; a
+                    // fresh manager reads the Lease again and takes it now.
+                    match build_manager(&self.client, &self.config, &self.identity).await {
+                        Ok(fresh) => {
+                            tracing::info!("the Lease was released; taking it");
+                            *self.manager.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
+                        }
+                        Err(error) => {
+                            tracing::warn!(error = format!("{error:#}"), retry_in = ?retry, "leader election: cannot read the Lease");
+                            tokio::time::sleep(retry).await;
+                        }
+                    }
+                    continue;
+                }
+            };
+            match changed {
                 Ok(true) => break,
                 Ok(false) => {}
                 Err(error) => {
-                    tracing::warn!(%error, retry_in = ?self.retry_period, "leader election: cannot take the Lease");
-                    tokio::time::sleep(self.retry_period).await;
+                    tracing::warn!(%error, retry_in = ?retry, "leader election: cannot take the Lease");
+                    tokio::time::sleep(retry).await;
                 }
             }
         }
@@ -171,11 +196,24 @@ impl LeaderElection {
         tracing::info!(identity = %self.identity, "became the leader");
     }
 
+    /// Completes once the Lease has no holder (read every retry period).
+    async fn released(&self) {
+        loop {
+            tokio::time::sleep(self.config.retry_period).await;
+            if let Ok(lease) = self.leases.get(&self.config.lease_name).await
+                && lease.spec.and_then(|s| s.holder_identity).is_none()
+            {
+                return;
+            }
+        }
+    }
+
     /// Keeps renewing the Lease; returns why leadership was lost. Cancel-safe: drop
     /// the future to stop renewing.
     pub async fn hold(&self) -> String {
+        let manager = self.manager();
         let reason = loop {
-            match self.manager.changed().await {
+            match manager.changed().await {
                 Ok(false) => break "another replica took the Lease".to_string(),
                 Ok(true) => {}
                 Err(error) => break format!("renewing the Lease failed: {error}"),
@@ -189,12 +227,31 @@ impl LeaderElection {
     pub async fn release(&self) {
         let was_leader = self.status.is_leader();
         self.status.set(false);
-        match self.manager.release().await {
+        match self.manager().release().await {
             Ok(()) if was_leader => tracing::info!(identity = %self.identity, "released the Lease"),
             Ok(()) => {}
             Err(error) => tracing::warn!(%error, "releasing the Lease"),
         }
     }
+}
+
+/// A kube-lease-manager for `identity`; creates the Lease if it does not exist yet.
+async fn build_manager(
+    client: &kube::Client,
+    config: &LeaderConfig,
+    identity: &str,
+) -> anyhow::Result<LeaseManager> {
+    let (duration, grace) = config.lease_seconds().map_err(anyhow::Error::msg)?;
+    LeaseManagerBuilder::new(client.clone(), &config.lease_name)
+        .with_namespace(&config.namespace)
+        .with_identity(identity)
+        .with_duration(duration)
+        .with_grace(grace)
+        // The field manager stays per identity (kube-lease-manager-<identity>):
+        // server-side apply conflicts between replicas are what make the lock safe.
+        .build()
+        .await
+        .with_context(|| format!("preparing Lease {}/{}", config.namespace, config.lease_name))
 }
 
 /// `<hostname>_<random>`: the pod name in a cluster, unique per process.

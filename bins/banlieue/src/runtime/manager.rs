@@ -13,9 +13,6 @@ use super::leader::{LeaderConfig, LeaderElection, LeaderStatus};
 use super::shutdown::{Stop, StopReason};
 use super::{backends, client, diagnostics, health, shutdown};
 
-/// How long the controllers get to finish after SIGTERM/SIGINT.
-pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// Everything `banlieue run` was told.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
@@ -30,6 +27,9 @@ pub struct RunConfig {
     pub insecure_diagnostics: bool,
     /// Leader election, when `--leader-elect`.
     pub leader: Option<LeaderConfig>,
+    /// `--graceful-shutdown-timeout`: how long in-flight reconciles get after
+    /// SIGTERM/SIGINT.
+    pub shutdown_timeout: Duration,
     /// What the controllers watch and how.
     pub settings: Settings,
 }
@@ -131,12 +131,18 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .unwrap_or(StopReason::ControllersExited("unknown".into()));
     match reason {
         StopReason::Signal(_) => {
-            tracing::info!(%reason, timeout = ?SHUTDOWN_TIMEOUT, "stopping the controllers");
+            let timeout = config.shutdown_timeout;
+            tracing::info!(%reason, ?timeout, "stopping the controllers");
             // Keep renewing the Lease while draining, so no other replica starts early.
             tokio::select! {
-                drained = tokio::time::timeout(SHUTDOWN_TIMEOUT, &mut running) => {
+                drained = tokio::time::timeout(timeout, &mut running) => {
                     if drained.is_err() {
-                        tracing::warn!(timeout = ?SHUTDOWN_TIMEOUT, "the controllers did not stop in time; exiting anyway");
+                        // Dropped mid-way, as a crash would leave them: every reconcile
+                        // finds its backend VM again. Stopped before the Lease goes, so
+                        // that two replicas never reconcile at once.
+                        running.abort();
+                        let _ = (&mut running).await;
+                        tracing::warn!(?timeout, "in-flight reconciles did not finish in time; dropped them");
                     }
                 }
                 why = &mut hold, if holding => {

@@ -101,8 +101,8 @@ pub fn kill_9(replica: &mut Replica) {
     replica.child.wait().unwrap();
 }
 
-/// The status code of `GET /readyz`, or None when nothing answers.
-pub async fn readyz(port: u16) -> Option<u16> {
+/// The status code and body of `GET /readyz`, or None when nothing answers.
+pub async fn readyz(port: u16) -> Option<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
@@ -112,14 +112,21 @@ pub async fn readyz(port: u16) -> Option<u16> {
         .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await.ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    Some((code, body.trim().to_owned()))
 }
 
-/// Which replicas answer `/readyz` with 200 (only the leader does).
+/// Which replicas lead: `/readyz` says `ok` (a standby is ready too, and says
+/// `standby: ...`).
 pub async fn leaders(replicas: &[&Replica]) -> Vec<bool> {
     let mut out = Vec::new();
     for r in replicas {
-        out.push(readyz(r.health).await == Some(200));
+        out.push(
+            readyz(r.health)
+                .await
+                .is_some_and(|(code, body)| code == 200 && body == "ok"),
+        );
     }
     out
 }

@@ -62,7 +62,7 @@ impl OperatorProcess {
 
     /// The status code of `GET /readyz`, or `None` when nothing answers.
     pub async fn readyz(&self) -> Option<u16> {
-        readyz(self.health).await
+        readyz(self.health).await.map(|(code, _)| code)
     }
 
     /// Everything the operator wrote so far.
