@@ -4,7 +4,18 @@
 //! repository (the seeds' `providers:` entries pointed at `file://` URLs). Their
 //! webhooks' serving certificates come from the test-only cert-manager stand-in
 //! (`cert_stand_in`: cert-manager cannot be built here); everything else is real.
-//! Then a VirtualMachine becomes Ready through the banlieue that clusterctl installed.
+//! Then, through the banlieue that clusterctl installed: a VirtualMachine on the
+//! simulated backend and one on a vCenter outside the cluster (vcsim in the rig's
+//! network namespace) become Ready, a Cluster API MachineDeployment of three on that
+//! vCenter gets provisioned Machines, and with two replicas the leader's Pod is deleted
+//! while 50 VMs are provisioned; a rolling update of both replicas leaves every VM
+//! Ready and the vCenter untouched; the real garbage collector then removes a VM deleted in
+//! the foreground and the 50 with their owner, backend VMs included
+//! (`in_cluster/vsphere.rs`). The operator's log has no
+//! `forbidden`, and the apiserver's audit log no 403 for any provider over all of it.
+
+#[path = "in_cluster/vsphere.rs"]
+mod vsphere;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,12 +24,33 @@ use std::time::{Duration, Instant};
 use banlieue_integration_tests::apply;
 use banlieue_integration_tests::capi::rig_dir_or_skip;
 use banlieue_integration_tests::cert_stand_in::{self, CertStandIn};
-use banlieue_integration_tests::node_rig::{NodeRig, banlieue_image};
+use banlieue_integration_tests::node_rig::{NODE_IP, NodeRig, banlieue_image};
+use banlieue_integration_tests::vcsim::Vcsim;
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, LogParams};
 use serde_json::json;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Polls `check` every half second until it gives a value; panics after `timeout`.
+pub async fn wait<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(done) = check().await {
+            return done;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "{what}: not within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
 
 /// The local repository: CAPI's three providers as tests/testbin/capi built them, and
 /// banlieue's release (`bootstrap release`); the clusterctl configuration naming them.
@@ -238,6 +270,40 @@ async fn clusterctl_init_runs_every_provider_in_pods() {
         "clusterctl init: VirtualMachine Ready {:?} after create",
         created.elapsed()
     );
+
+    // A vCenter outside the cluster, which the Pods reach at the node IP.
+    let Some(vc) = Vcsim::start_in_network_namespace(&rig.network_namespace(), NODE_IP, &[]) else {
+        return;
+    };
+    vsphere::provider(&client, ns, &vc).await;
+    vsphere::a_vm_becomes_ready(&client, ns).await;
+    vsphere::a_machine_deployment_of_three(&client, ns, &vc).await;
+    let takeover = vsphere::failover_during_fifty_vms(&client, ns, &vc).await;
+    eprintln!("clusterctl init: failover {takeover:?}");
+    vsphere::rolling_update_changes_nothing(&client, ns, &vc).await;
+    vsphere::garbage_collection(&client, ns, &vc).await;
+    drop(vc);
+
+    // Nothing in the operators' logs was refused.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "banlieue-system");
+    for pod in pods.list(&ListParams::default()).await.unwrap() {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let log = pods
+            .logs(
+                &name,
+                &LogParams {
+                    container: Some("manager".into()),
+                    ..LogParams::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("the log of {name}: {e}"));
+        assert!(
+            !log.to_lowercase().contains("forbidden"),
+            "{name} was refused something:\n{log}"
+        );
+    }
+
     // Nothing any provider's ServiceAccount did was refused. (kube-controller-manager's
     // own accounts race namespace deletion, e.g. clusterctl's cert-manager-test: not ours.)
     let provider = |e: &serde_json::Value| {
@@ -264,6 +330,26 @@ async fn clusterctl_init_runs_every_provider_in_pods() {
         })
         .collect();
     assert!(refused.is_empty(), "refused: {refused:#?}");
+    // Which of its ClusterRole's grants banlieue used over the whole run.
+    let mut used = std::collections::BTreeSet::new();
+    for e in rig.audit_events().iter().filter(|e| {
+        e["user"]["username"] == "system:serviceaccount:banlieue-system:banlieue-controller"
+    }) {
+        let object = &e["objectRef"];
+        let resource = match object["subresource"].as_str() {
+            Some(sub) => format!("{}/{sub}", object["resource"].as_str().unwrap_or("")),
+            None => object["resource"].as_str().unwrap_or("").to_owned(),
+        };
+        used.insert(format!(
+            "{} {}/{resource}",
+            e["verb"].as_str().unwrap_or(""),
+            object["apiGroup"].as_str().unwrap_or("")
+        ));
+    }
+    eprintln!(
+        "clusterctl init: banlieue-controller used:\n  {}",
+        used.into_iter().collect::<Vec<_>>().join("\n  ")
+    );
     // Its watches end before the apiserver does.
     drop(stand_in);
     let leftovers = rig.stop();

@@ -483,6 +483,14 @@ impl NodeRig {
         std::fs::write(&self.kubeconfig, kubeconfig).expect("writing kubeconfig-host");
     }
 
+    /// The rig's network namespace (`/proc/<pid>/ns/net`), for a process that plays
+    /// something outside the cluster which its Pods reach at [`NODE_IP`] (a vCenter).
+    /// Stop such processes before the rig.
+    pub fn network_namespace(&self) -> PathBuf {
+        let pid = self.rig_pid().expect("the rig is running");
+        PathBuf::from(format!("/proc/{pid}/ns/net"))
+    }
+
     /// The PID of `rig.sh` (PID 1 of the rig's PID namespace) in this PID namespace.
     fn rig_pid(&self) -> Option<u32> {
         let unshare = self.child.as_ref()?.id();

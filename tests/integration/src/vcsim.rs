@@ -64,6 +64,20 @@ pub fn binary() -> Result<PathBuf, String> {
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
+/// [`binary`], or `None` after a loud skip; under CI or `make` a missing vcsim panics.
+fn binary_or_skip() -> Option<PathBuf> {
+    match binary() {
+        Ok(b) => Some(b),
+        Err(e) if banlieue_testenv::rigs_required() => {
+            panic!("vcsim is required under CI and make: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: vcsim unavailable: {e}");
+            None
+        }
+    }
+}
+
 impl Vcsim {
     /// Starts vcsim, or `None` when it cannot be built outside CI (the test then skips
     /// with a message). Under CI or `make` (`banlieue_testenv::rigs_required`) a missing vcsim panics: CI fails, never skips.
@@ -73,24 +87,34 @@ impl Vcsim {
 
     /// Like [`Vcsim::start`], with extra flags (`-clusters N`, `-ip-prefix 10.78`).
     pub fn start_args(args: &[&str]) -> Option<Self> {
-        let binary = match binary() {
-            Ok(b) => b,
-            Err(e) if banlieue_testenv::rigs_required() => {
-                panic!("vcsim is required under CI and make: {e}")
-            }
-            Err(e) => {
-                eprintln!("SKIPPED: vcsim unavailable: {e}");
-                return None;
-            }
-        };
+        let binary = binary_or_skip()?;
         Some(Self::start_with(&binary, args))
+    }
+
+    /// Like [`Vcsim::start_args`], but inside the network namespace `netns` (a
+    /// `/proc/<pid>/ns/net`, e.g. a node rig's), serving on `ip` there: a vCenter
+    /// outside the cluster that its Pods reach.
+    pub fn start_in_network_namespace(netns: &Path, ip: &str, args: &[&str]) -> Option<Self> {
+        let binary = binary_or_skip()?;
+        let mut command = Command::new("nsenter");
+        command
+            .arg(format!("--net={}", netns.display()))
+            .arg("--")
+            .arg(&binary)
+            .args(["-listen", &format!("{ip}:0")])
+            .args(args);
+        Some(Self::spawn(command))
     }
 
     /// Starts the binary at `binary`.
     pub fn start_with(binary: &Path, args: &[&str]) -> Self {
         let mut command = Command::new(binary);
+        command.args(args);
+        Self::spawn(command)
+    }
+
+    fn spawn(mut command: Command) -> Self {
         command
-            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

@@ -2,10 +2,12 @@
 //
 // Started by tests/integration/src/vcsim.rs as a child process (built by build.sh):
 //
-//	vcsim [-clusters 2] [-ip-prefix 10.77]
+//	vcsim [-clusters 2] [-ip-prefix 10.77] [-listen 127.0.0.1:0]
 //
 // It serves the vSphere Web Services API (SOAP, /sdk) on https://127.0.0.1:<port>
-// (loopback only) with a certificate signed by a CA it makes up, seeds a template VM
+// (loopback; -listen names another address, e.g. a test rig's node IP inside the
+// rig's network namespace) with a certificate for that address signed by a CA it
+// makes up, seeds a template VM
 // with a snapshot (for linked clones), and prints ONE JSON line on stdout when ready:
 //
 //	{"endpoint": "https://127.0.0.1:PORT", "caPem": "...", "username": "...",
@@ -63,9 +65,9 @@ import (
 
 const templateName = "ubuntu-2404"
 
-// certs makes a CA and a server certificate for 127.0.0.1 signed by it: rustls
+// certs makes a CA and a server certificate for 127.0.0.1 and ip signed by it: rustls
 // (webpki) refuses a self-signed CA certificate used as the server's own.
-func certs() (tls.Certificate, string, error) {
+func certs(ip net.IP) (tls.Certificate, string, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, "", err
@@ -96,7 +98,7 @@ func certs() (tls.Certificate, string, error) {
 		NotAfter:     now.Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), ip},
 		DNSNames:     []string{"localhost"},
 	}
 	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
@@ -199,11 +201,16 @@ func (h *harness) handle(_ *simulator.Context, method *simulator.Method) (mo.Ref
 func main() {
 	clusters := flag.Int("clusters", 2, "compute clusters in the datacenter")
 	ipPrefix := flag.String("ip-prefix", "10.77", "first two octets of the guest IPs")
+	listen := flag.String("listen", "127.0.0.1:0", "address to serve on (port 0: any free port)")
 	flag.Parse()
+	host, _, err := net.SplitHostPort(*listen)
+	if err != nil || net.ParseIP(host) == nil {
+		log.Fatalf("-listen %q: want IP:PORT", *listen)
+	}
 	log.SetOutput(os.Stderr)
 	log.SetPrefix("vcsim: ")
 
-	cert, caPEM, err := certs()
+	cert, caPEM, err := certs(net.ParseIP(host))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -222,7 +229,7 @@ func main() {
 		log.Fatal(err)
 	}
 	model.Service.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
-	model.Service.Listen = &url.URL{Host: "127.0.0.1:0", User: url.UserPassword(user, pass)}
+	model.Service.Listen = &url.URL{Host: *listen, User: url.UserPassword(user, pass)}
 	h := &harness{tasks: map[string]*taskFault{}, faults: map[string]*taskFault{}, calls: map[string]int{}}
 	model.Map().Handler = h.handle
 	model.Map().AddHandler(h)
