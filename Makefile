@@ -70,9 +70,13 @@ features-check: ## A build with one backend feature links no other backend crate
 	hack/check-feature-isolation.sh
 
 .PHONY: testbin
-testbin: fakepve vcsim capi libvirt fake-cloud-hypervisor node-rig ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
+testbin: fakepve vcsim capi libvirt fake-cloud-hypervisor node-rig upgrade-from ## Build kube-apiserver and etcd from Go modules into a versioned cache dir; print it.
 	@$(TESTBIN_BUILD)
 	@tests/testbin/go-cache.sh prune
+
+.PHONY: upgrade-from
+upgrade-from: ## Build the image an upgrade test starts from: banlieue at an earlier commit (tests/testbin/upgrade; needs a full clone) into a versioned cache dir.
+	@hack/build-deps.sh; tests/testbin/upgrade/build.sh >/dev/null
 
 .PHONY: node-rig
 node-rig: ## Install containerd, runc, CNI plugins and socat (Debian) and build the pause image for the real node rig (tests/testbin/node).

@@ -33,25 +33,6 @@ use serde_json::json;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Polls `check` every half second until it gives a value; panics after `timeout`.
-pub async fn wait<T>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(done) = check().await {
-            return done;
-        }
-        assert!(
-            started.elapsed() < timeout,
-            "{what}: not within {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 /// The local repository: CAPI's three providers as tests/testbin/capi built them, and
 /// banlieue's release (`bootstrap release`); the clusterctl configuration naming them.
 fn repository(capi: &Path, dir: &Path) -> PathBuf {

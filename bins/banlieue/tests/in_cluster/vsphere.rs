@@ -17,8 +17,6 @@ use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::wait;
-
 const OPERATOR_NAMESPACE: &str = "banlieue-system";
 const DEPLOYMENT: &str = "banlieue-controller-manager";
 const LEASE: &str = "banlieue-leader-election";
@@ -53,14 +51,16 @@ pub async fn provider(client: &kube::Client, ns: &str, vc: &Vcsim) {
     }
 }
 
-fn vm(name: &str) -> Value {
+/// A VirtualMachine `name` on the vCenter.
+pub fn vm(name: &str) -> Value {
     json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name},
            "spec": {"classRef": {"name": "vc-small"}, "imageRef": {"name": "ubuntu"},
                     "placement": {"providerRef": {"name": "vc"}},
                     "networks": [{"name": "eth0", "networkClass": "lan"}]}})
 }
 
-fn is_ready(vm: &VirtualMachine) -> bool {
+/// Whether `vm` is Ready.
+pub fn is_ready(vm: &VirtualMachine) -> bool {
     vm.status.as_ref().is_some_and(|s| {
         banlieue_sdk::conditions::get(&s.conditions, banlieue_sdk::conditions::types::READY)
             .is_some_and(|c| c.status == "True")
@@ -222,8 +222,9 @@ pub async fn failover_during_fifty_vms(client: &kube::Client, ns: &str, vc: &Vcs
     })
     .await;
     eprintln!(
-        "in-cluster e2e: second replica Ready {:?} after scaling",
-        scaled.elapsed()
+        "in-cluster e2e: second replica Ready {:?} after scaling: {}",
+        scaled.elapsed(),
+        describe_pods(&pods).await
     );
     let leader = holder(&leases).await.expect("a holder of the Lease");
     assert!(
@@ -286,11 +287,24 @@ pub async fn failover_during_fifty_vms(client: &kube::Client, ns: &str, vc: &Vcs
         takeover < LEASE_DURATION,
         "the takeover took {takeover:?}, more than the lease duration ({LEASE_DURATION:?})"
     );
-    assert!(
-        replicas.contains(&successor),
-        "{successor} was not the standby"
+    // The released Lease goes to whichever candidate reads it first: the standby, or
+    // the Pod the ReplicaSet started in the deleted one's place (it starts in about a
+    // second here, the image being on the node).
+    let standby = replicas.contains(&successor);
+    eprintln!(
+        "in-cluster e2e: the new leader is {}",
+        if standby {
+            "the standby"
+        } else {
+            "the replacement Pod"
+        }
     );
-
+    let pod = pods.get(&successor).await.unwrap();
+    assert!(
+        pod.metadata.deletion_timestamp.is_none(),
+        "the Lease went to a Pod being deleted: {}",
+        describe_pods(&pods).await
+    );
     wait("all 50 VMs Ready", Duration::from_secs(300), async || {
         (count_ready().await == 50).then_some(())
     })
@@ -300,33 +314,7 @@ pub async fn failover_during_fifty_vms(client: &kube::Client, ns: &str, vc: &Vcs
         created.elapsed()
     );
 
-    // Exactly one vcsim VM per infrastructure machine: none cloned twice across the
-    // handover, none missing.
-    let machines: Api<VSphereMachine> = Api::namespaced(client.clone(), ns);
-    let uids: BTreeSet<String> = machines
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter_map(|m| m.uid())
-        .collect();
-    let mut clones: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for v in vc.vms() {
-        if let Some(uid) = v["extraConfig"]["banlieue.uid"].as_str() {
-            clones
-                .entry(uid.to_owned())
-                .or_default()
-                .push(v["name"].as_str().unwrap_or("").to_owned());
-        }
-    }
-    let twice: Vec<_> = clones.iter().filter(|(_, v)| v.len() > 1).collect();
-    assert!(twice.is_empty(), "cloned more than once: {twice:?}");
-    let made: BTreeSet<String> = clones.keys().cloned().collect();
-    assert_eq!(
-        made, uids,
-        "vcsim's banlieue VMs and the VSphereMachines differ"
-    );
+    assert_one_clone_per_machine(client, ns, vc).await;
     takeover
 }
 
@@ -442,66 +430,71 @@ fn mutating_calls(vc: &Vcsim) -> BTreeMap<&'static str, u64> {
     .collect()
 }
 
-/// A rolling update of the two replicas (a new Pod template, as `kubectl rollout
-/// restart` makes): it finishes (a standby is Ready), no VirtualMachine leaves Ready
-/// meanwhile, and the new leader changes nothing on the vCenter: it only observes.
-pub async fn rolling_update_changes_nothing(client: &kube::Client, ns: &str, vc: &Vcsim) {
+/// The number of VirtualMachines on the vCenter and those of them not Ready (the
+/// simulated backend lives in the leader's memory, so its VMs are left out).
+async fn vc_vms_not_ready(vms: &Api<VirtualMachine>) -> Option<(usize, Vec<String>)> {
+    let list = vms.list(&ListParams::default()).await.ok()?;
+    let on_vc: Vec<&VirtualMachine> = list
+        .items
+        .iter()
+        .filter(|v| {
+            v.spec
+                .placement
+                .provider_ref
+                .as_ref()
+                .is_some_and(|r| r.name == "vc")
+        })
+        .collect();
+    let not_ready = on_vc
+        .iter()
+        .filter(|v| !is_ready(v))
+        .map(|v| v.name_any())
+        .collect();
+    Some((on_vc.len(), not_ready))
+}
+
+/// Applies `change` to the operator's Deployment and follows the rolling update to its
+/// end (`replicas` updated and Ready): no VirtualMachine on the vCenter leaves Ready
+/// meanwhile, a new Pod takes the Lease, and after its first pass over every object the
+/// vCenter has seen no call that changes a VM. Returns how long the rollout took.
+pub async fn rollout_changes_nothing(
+    client: &kube::Client,
+    ns: &str,
+    vc: &Vcsim,
+    replicas: i32,
+    change: impl AsyncFnOnce() -> i64,
+) -> Duration {
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
-    // The vCenter's VMs (the simulated backend lives in the leader's memory).
-    let all_ready = async || {
-        let list = vms.list(&ListParams::default()).await.ok()?;
-        let on_vc: Vec<&VirtualMachine> = list
-            .items
-            .iter()
-            .filter(|v| {
-                v.spec
-                    .placement
-                    .provider_ref
-                    .as_ref()
-                    .is_some_and(|r| r.name == "vc")
-            })
-            .collect();
-        let not_ready: Vec<String> = on_vc
-            .iter()
-            .filter(|v| !is_ready(v))
-            .map(|v| v.name_any())
-            .collect();
-        Some((on_vc.len(), not_ready))
-    };
-    let (count, not_ready) = all_ready().await.unwrap();
+    let (count, not_ready) = vc_vms_not_ready(&vms).await.unwrap();
+    assert!(count > 0, "no VM on the vCenter to watch");
     assert!(
         not_ready.is_empty(),
         "not Ready before the update: {not_ready:?}"
     );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let old_pods = ready_pods(&pods).await;
     let before = mutating_calls(vc);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
-    let generation = deployments
-        .patch(
-            DEPLOYMENT,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"template": {"metadata": {"annotations": {
-                "banlieue.io/restarted-by": "in-cluster-e2e"}}}}})),
-        )
-        .await
-        .unwrap()
-        .metadata
-        .generation
-        .unwrap();
+    let generation = change().await;
     let started = Instant::now();
     let mut checks = 0;
     loop {
-        let (_, not_ready) = all_ready().await.unwrap_or_default();
+        let (_, not_ready) = vc_vms_not_ready(&vms).await.unwrap_or_default();
         assert!(
             not_ready.is_empty(),
             "left Ready during the rolling update: {not_ready:?}"
         );
         checks += 1;
-        let deployment = deployments.get(DEPLOYMENT).await.unwrap();
-        let status = deployment.status.unwrap_or_default();
+        let status = deployments
+            .get(DEPLOYMENT)
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
         if status.observed_generation == Some(generation)
-            && status.updated_replicas == Some(2)
-            && status.ready_replicas == Some(2)
-            && status.replicas == Some(2)
+            && status.updated_replicas == Some(replicas)
+            && status.ready_replicas == Some(replicas)
+            && status.replicas == Some(replicas)
         {
             break;
         }
@@ -512,25 +505,132 @@ pub async fn rolling_update_changes_nothing(client: &kube::Client, ns: &str, vc:
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let rolled = started.elapsed();
-    // The new leader's first pass over every object.
     let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
     let current = ready_pods(&pods).await;
-    wait(
-        "a new replica leading",
-        Duration::from_secs(60),
-        async || holder(&leases).await.filter(|h| current.contains(h)),
-    )
+    assert!(
+        current.iter().all(|p| !old_pods.contains(p)),
+        "old Pods still Ready: {current:?}"
+    );
+    let leader = wait("a new Pod leading", Duration::from_secs(60), async || {
+        holder(&leases).await.filter(|h| current.contains(h))
+    })
     .await;
+    // The new leader's first pass over every object.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let (_, not_ready) = all_ready().await.unwrap();
+    let (_, not_ready) = vc_vms_not_ready(&vms).await.unwrap();
     assert!(
         not_ready.is_empty(),
         "not Ready after the update: {not_ready:?}"
     );
     let after = mutating_calls(vc);
-    assert_eq!(before, after, "the new replicas changed VMs on the vCenter");
+    assert_eq!(before, after, "the new Pods changed VMs on the vCenter");
+    assert_one_clone_per_machine(client, ns, vc).await;
     eprintln!(
-        "in-cluster e2e: rolling update of 2 replicas in {rolled:?}; {count} VMs Ready at each of {checks} checks; no mutating vCenter call ({after:?})"
+        "in-cluster e2e: rolling update of {replicas} replica(s) in {rolled:?}, {leader} leads; {count} VMs Ready at each of {checks} checks; no mutating vCenter call ({after:?})"
     );
+    rolled
+}
+
+/// A rolling update of the two replicas (a new Pod template, as `kubectl rollout
+/// restart` makes): it finishes (a standby is Ready) and changes nothing.
+pub async fn rolling_update_changes_nothing(client: &kube::Client, ns: &str, vc: &Vcsim) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    rollout_changes_nothing(client, ns, vc, 2, async || {
+        deployments
+            .patch(
+                DEPLOYMENT,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"template": {"metadata": {"annotations": {
+                    "banlieue.io/restarted-by": "in-cluster-e2e"}}}}})),
+            )
+            .await
+            .unwrap()
+            .metadata
+            .generation
+            .unwrap()
+    })
+    .await;
+}
+
+/// Exactly one vcsim VM per infrastructure machine: none cloned twice, none missing.
+pub async fn assert_one_clone_per_machine(client: &kube::Client, ns: &str, vc: &Vcsim) {
+    let machines: Api<VSphereMachine> = Api::namespaced(client.clone(), ns);
+    let uids: BTreeSet<String> = machines
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|m| m.uid())
+        .collect();
+    let mut clones: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for v in vc.vms() {
+        if let Some(uid) = v["extraConfig"]["banlieue.uid"].as_str() {
+            clones
+                .entry(uid.to_owned())
+                .or_default()
+                .push(v["name"].as_str().unwrap_or("").to_owned());
+        }
+    }
+    let twice: Vec<_> = clones.iter().filter(|(_, v)| v.len() > 1).collect();
+    assert!(twice.is_empty(), "cloned more than once: {twice:?}");
+    let made: BTreeSet<String> = clones.keys().cloned().collect();
+    assert_eq!(
+        made, uids,
+        "vcsim's banlieue VMs and the VSphereMachines differ"
+    );
+}
+
+/// Polls `check` every half second until it gives a value; panics after `timeout`.
+pub async fn wait<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(done) = check().await {
+            return done;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "{what}: not within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The operator's Pods: name, phase, readiness, restarts, age (for failure messages).
+async fn describe_pods(pods: &Api<Pod>) -> String {
+    let Ok(list) = pods.list(&ListParams::default()).await else {
+        return "(cannot list)".into();
+    };
+    list.items
+        .iter()
+        .map(|p| {
+            let status = p.status.clone().unwrap_or_default();
+            let ready = status
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let restarts: i32 = status
+                .container_statuses
+                .unwrap_or_default()
+                .iter()
+                .map(|c| c.restart_count)
+                .sum();
+            format!(
+                "{} phase={:?} ready={ready} restarts={restarts} created={:?} deleting={}",
+                p.name_any(),
+                status.phase,
+                p.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string()),
+                p.metadata.deletion_timestamp.is_some()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
