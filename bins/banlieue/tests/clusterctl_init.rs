@@ -24,11 +24,12 @@ use std::time::{Duration, Instant};
 use banlieue_integration_tests::apply;
 use banlieue_integration_tests::capi::rig_dir_or_skip;
 use banlieue_integration_tests::cert_stand_in::{self, CertStandIn};
+use banlieue_integration_tests::in_cluster::{assert_logs_not_forbidden, verbs_used};
 use banlieue_integration_tests::node_rig::{NODE_IP, NodeRig, banlieue_image};
 use banlieue_integration_tests::vcsim::Vcsim;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, LogParams};
+use kube::api::{Api, ListParams};
 use serde_json::json;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -267,23 +268,7 @@ async fn clusterctl_init_runs_every_provider_in_pods() {
 
     // Nothing in the operators' logs was refused.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "banlieue-system");
-    for pod in pods.list(&ListParams::default()).await.unwrap() {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let log = pods
-            .logs(
-                &name,
-                &LogParams {
-                    container: Some("manager".into()),
-                    ..LogParams::default()
-                },
-            )
-            .await
-            .unwrap_or_else(|e| panic!("the log of {name}: {e}"));
-        assert!(
-            !log.to_lowercase().contains("forbidden"),
-            "{name} was refused something:\n{log}"
-        );
-    }
+    assert_logs_not_forbidden(&pods, "manager").await;
 
     // Nothing any provider's ServiceAccount did was refused. (kube-controller-manager's
     // own accounts race namespace deletion, e.g. clusterctl's cert-manager-test: not ours.)
@@ -312,21 +297,10 @@ async fn clusterctl_init_runs_every_provider_in_pods() {
         .collect();
     assert!(refused.is_empty(), "refused: {refused:#?}");
     // Which of its ClusterRole's grants banlieue used over the whole run.
-    let mut used = std::collections::BTreeSet::new();
-    for e in rig.audit_events().iter().filter(|e| {
-        e["user"]["username"] == "system:serviceaccount:banlieue-system:banlieue-controller"
-    }) {
-        let object = &e["objectRef"];
-        let resource = match object["subresource"].as_str() {
-            Some(sub) => format!("{}/{sub}", object["resource"].as_str().unwrap_or("")),
-            None => object["resource"].as_str().unwrap_or("").to_owned(),
-        };
-        used.insert(format!(
-            "{} {}/{resource}",
-            e["verb"].as_str().unwrap_or(""),
-            object["apiGroup"].as_str().unwrap_or("")
-        ));
-    }
+    let used = verbs_used(
+        &rig.audit_events(),
+        "system:serviceaccount:banlieue-system:banlieue-controller",
+    );
     eprintln!(
         "clusterctl init: banlieue-controller used:\n  {}",
         used.into_iter().collect::<Vec<_>>().join("\n  ")

@@ -12,12 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use banlieue_integration_tests::in_cluster::{assert_logs_not_forbidden, is_pod_ready};
 use banlieue_integration_tests::node_rig::{NODE_IP, NodeRig, banlieue_image};
 use banlieue_integration_tests::vcsim::Vcsim;
 use banlieue_integration_tests::{apply, load_manifests};
 use banlieue_sdk::api::VirtualMachine;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, LogParams};
+use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
 use vsphere::wait;
@@ -116,12 +117,7 @@ async fn an_upgrade_from_an_earlier_image_changes_nothing() {
             .items
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
+            .filter(|p| is_pod_ready(p))
             .collect();
         (ready.len() == 1).then(|| ready[0].spec.as_ref().unwrap().containers[0].image.clone())?
     };
@@ -190,23 +186,7 @@ async fn an_upgrade_from_an_earlier_image_changes_nothing() {
     );
     eprintln!("upgrade: {old_image} -> {new_image} in {rolled:?}");
 
-    for pod in pods.list(&ListParams::default()).await.unwrap() {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let log = pods
-            .logs(
-                &name,
-                &LogParams {
-                    container: Some("manager".into()),
-                    ..LogParams::default()
-                },
-            )
-            .await
-            .unwrap_or_else(|e| panic!("the log of {name}: {e}"));
-        assert!(
-            !log.to_lowercase().contains("forbidden"),
-            "{name} was refused something:\n{log}"
-        );
-    }
+    assert_logs_not_forbidden(&pods, "manager").await;
     drop(vc);
     let leftovers = rig.stop();
     assert!(

@@ -9,6 +9,7 @@ pub mod cloud_hypervisor;
 pub mod crashable;
 pub mod fakepve;
 pub mod fixtures;
+pub mod in_cluster;
 pub mod libvirt;
 pub mod messages;
 pub mod node_rig;

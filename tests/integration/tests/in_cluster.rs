@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use banlieue_integration_tests::in_cluster::{is_pod_ready, verbs_used, wait};
 use banlieue_integration_tests::node_rig::{NodeRig, banlieue_image};
 use banlieue_integration_tests::{apply, load_manifests};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -18,20 +19,6 @@ const DEPLOYMENT: &str = "banlieue-controller-manager";
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-async fn wait<T>(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(done) = check().await {
-            return done;
-        }
-        assert!(
-            started.elapsed() < timeout,
-            "{what}: not within {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,12 +59,7 @@ async fn the_operator_runs_in_a_pod_from_its_image_and_makes_a_vm_ready() {
                 .list(&ListParams::default().labels("control-plane=banlieue-controller-manager"))
                 .await
                 .ok()?;
-            list.items.into_iter().find(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
+            list.items.into_iter().find(is_pod_ready)
         },
     )
     .await;
@@ -192,19 +174,7 @@ async fn the_operator_runs_in_a_pod_from_its_image_and_makes_a_vm_ready() {
         refused.is_empty(),
         "the apiserver refused the operator: {refused:#?}"
     );
-    let mut used = std::collections::BTreeSet::new();
-    for e in &mine {
-        let object = &e["objectRef"];
-        let resource = match object["subresource"].as_str() {
-            Some(sub) => format!("{}/{sub}", object["resource"].as_str().unwrap_or("")),
-            None => object["resource"].as_str().unwrap_or("").to_owned(),
-        };
-        let group = object["apiGroup"].as_str().unwrap_or("");
-        used.insert(format!(
-            "{} {group}/{resource}",
-            e["verb"].as_str().unwrap_or("")
-        ));
-    }
+    let used = verbs_used(&mine, me);
     eprintln!(
         "in-cluster: {} requests by {me}, none refused; verbs used:\n  {}",
         mine.len(),

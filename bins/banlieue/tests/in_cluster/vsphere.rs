@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use banlieue_integration_tests::apply;
+use banlieue_integration_tests::in_cluster::is_pod_ready;
+pub use banlieue_integration_tests::in_cluster::wait;
 use banlieue_integration_tests::vcsim::Vcsim;
 use banlieue_sdk::api::VirtualMachine;
 use banlieue_sdk::api::infra::vsphere::VSphereMachine;
@@ -179,12 +181,7 @@ async fn ready_pods(pods: &Api<Pod>) -> Vec<String> {
     list.items
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
+        .filter(is_pod_ready)
         .map(|p| p.name_any())
         .collect()
 }
@@ -579,25 +576,6 @@ pub async fn assert_one_clone_per_machine(client: &kube::Client, ns: &str, vc: &
         made, uids,
         "vcsim's banlieue VMs and the VSphereMachines differ"
     );
-}
-
-/// Polls `check` every half second until it gives a value; panics after `timeout`.
-pub async fn wait<T>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(done) = check().await {
-            return done;
-        }
-        assert!(
-            started.elapsed() < timeout,
-            "{what}: not within {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// The operator's Pods: name, phase, readiness, restarts, age (for failure messages).
