@@ -10,8 +10,8 @@
 # archive come from this checkout's hack/image-rootfs.sh and tools/oci-image, with the
 # Dockerfile's ENV, USER, ENTRYPOINT and CMD.
 #
-# Needs the commit in this clone's history (a full clone, not --depth 1): without it the
-# build fails, saying so.
+# Needs the commit in this clone's history: a shallow clone is unshallowed from its
+# remote first; without the commit the build fails, saying so.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 repo=$PWD
@@ -29,8 +29,13 @@ if [[ -f "$dir/.complete" ]]; then
   exit 0
 fi
 
+if ! git cat-file -e "${UPGRADE_FROM}^{commit}" 2>/dev/null &&
+  [[ "$(git rev-parse --is-shallow-repository)" == true ]]; then
+  echo "upgrade: a shallow clone; fetching the history for $short" >&2
+  git fetch --quiet --unshallow >&2 || true
+fi
 git cat-file -e "${UPGRADE_FROM}^{commit}" 2>/dev/null || {
-  echo "upgrade: commit $UPGRADE_FROM is not in this clone (a shallow clone? run 'git fetch --unshallow')" >&2
+  echo "upgrade: commit $UPGRADE_FROM is not in this clone: the upgrade test needs a full clone ('git fetch --unshallow')" >&2
   exit 1
 }
 echo "upgrade: building banlieue at $short, the image an upgrade starts from (first run only)" >&2
