@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 use banlieue_integration_tests::apply;
 use banlieue_integration_tests::capi::rig_dir_or_skip;
 use banlieue_integration_tests::cert_stand_in::{self, CertStandIn};
-use banlieue_integration_tests::in_cluster::{assert_logs_not_forbidden, verbs_used};
+use banlieue_integration_tests::in_cluster::{
+    assert_logs_not_forbidden, create_namespace, verbs_used,
+};
 use banlieue_integration_tests::node_rig::{NODE_IP, NodeRig, banlieue_image};
 use banlieue_integration_tests::vcsim::Vcsim;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -211,13 +213,7 @@ async fn clusterctl_init_runs_every_provider_in_pods() {
 
     // The banlieue clusterctl installed makes a VirtualMachine Ready.
     let ns = "clusterctl-init";
-    apply(
-        &client,
-        ns,
-        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-    )
-    .await
-    .unwrap();
+    create_namespace(&client, ns).await;
     for object in [
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "sim"},
                "spec": {"class": "sim", "connection": {"endpoint": "sim://clusterctl-init"}}}),

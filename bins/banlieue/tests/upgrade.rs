@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use banlieue_integration_tests::in_cluster::{assert_logs_not_forbidden, is_pod_ready};
+use banlieue_integration_tests::in_cluster::{
+    assert_logs_not_forbidden, create_namespace, is_pod_ready,
+};
 use banlieue_integration_tests::node_rig::{NODE_IP, NodeRig, banlieue_image};
 use banlieue_integration_tests::vcsim::Vcsim;
 use banlieue_integration_tests::{apply, load_manifests};
@@ -137,13 +139,7 @@ async fn an_upgrade_from_an_earlier_image_changes_nothing() {
         return;
     };
     let ns = "upgrade";
-    apply(
-        &client,
-        ns,
-        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-    )
-    .await
-    .unwrap();
+    create_namespace(&client, ns).await;
     vsphere::provider(&client, ns, &vc).await;
     for i in 0..VMS {
         apply(&client, ns, &vsphere::vm(&format!("up-{i:02}")))

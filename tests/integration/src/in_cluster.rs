@@ -28,6 +28,17 @@ pub async fn wait<T>(
     }
 }
 
+/// Creates (server-side applies) the namespace `name`.
+pub async fn create_namespace(client: &kube::Client, name: &str) {
+    crate::apply(
+        client,
+        name,
+        &serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+}
+
 /// Whether the Pod's `Ready` condition is true.
 pub fn is_pod_ready(pod: &Pod) -> bool {
     pod.status

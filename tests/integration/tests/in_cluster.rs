@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use banlieue_integration_tests::in_cluster::{is_pod_ready, verbs_used, wait};
+use banlieue_integration_tests::in_cluster::{create_namespace, is_pod_ready, verbs_used, wait};
 use banlieue_integration_tests::node_rig::{NodeRig, banlieue_image};
 use banlieue_integration_tests::{apply, load_manifests};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -99,13 +99,7 @@ async fn the_operator_runs_in_a_pod_from_its_image_and_makes_a_vm_ready() {
 
     // A VirtualMachine on the simulated backend, through the operator in the Pod.
     let ns = "in-cluster";
-    apply(
-        &client,
-        ns,
-        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-    )
-    .await
-    .unwrap();
+    create_namespace(&client, ns).await;
     for object in [
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "sim"},
                "spec": {"class": "sim", "connection": {"endpoint": "sim://in-cluster"}}}),

@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use banlieue_integration_tests::in_cluster::create_namespace;
 use banlieue_integration_tests::node_rig::{NodeRig, banlieue_image, pause_dir};
 use banlieue_integration_tests::{apply, load_manifests};
 use k8s_openapi::api::core::v1::Pod;
@@ -92,13 +93,7 @@ async fn metrics_answer_200_403_401_to_pods_as_the_apiserver_decides() {
     let url = format!("https://{ip}:8443/metrics");
 
     let ns = "scrapers";
-    apply(
-        &client,
-        ns,
-        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-    )
-    .await
-    .unwrap();
+    create_namespace(&client, ns).await;
     for account in ["scraper", "stranger"] {
         apply(
             &client,
