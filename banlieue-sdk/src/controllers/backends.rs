@@ -44,14 +44,26 @@ const REDACTED_REASON: &str = "Redacted";
 
 /// Connected backends by Provider (`namespace/name`), with the fingerprint of the
 /// connection they were made for.
+///
+/// The Provider controller [`refresh`](Self::refresh)es an entry on every Provider
+/// reconcile: it reads the credentials Secret and CA bundle, and it runs whenever the
+/// watched Secret or ConfigMap changes. Every other controller takes the entry as it
+/// is ([`for_provider`](Self::for_provider)) while it was made for the same Provider
+/// object (UID and generation), so a machine reconcile reads no Secret.
 pub(crate) struct BackendCache {
     registry: BackendRegistry,
     metrics: Arc<Metrics>,
     entries: Mutex<HashMap<String, Connected>>,
 }
 
-/// A connected backend and the fingerprint of the connection it was made for.
-type Connected = (u64, Arc<dyn Backend>);
+/// A connected backend, the fingerprint of the connection it was made for, and the
+/// Provider object (UID, generation) that connection was resolved from.
+#[derive(Clone)]
+struct Connected {
+    fingerprint: u64,
+    provider: (String, Option<i64>),
+    backend: Arc<dyn Backend>,
+}
 
 impl BackendCache {
     pub fn new(registry: BackendRegistry, metrics: Arc<Metrics>) -> Self {
@@ -62,26 +74,56 @@ impl BackendCache {
         }
     }
 
-    /// The backend for `provider`, connecting (or reconnecting after a change) as needed.
+    /// The backend for `provider`: the one connected for this very Provider object,
+    /// or (first use, or the Provider changed since) a fresh [`refresh`](Self::refresh).
     pub async fn for_provider(
         &self,
         client: &Client,
         provider: &Provider,
     ) -> Result<Instrumented, Unreachable> {
-        let connection = resolve(client, provider).await.map_err(scrub_unreachable)?;
-        let key = format!(
-            "{}/{}",
-            provider.namespace().unwrap_or_default(),
-            provider.name_any()
-        );
-        register(&key, &connection);
-        let fingerprint = fingerprint(&connection);
         let cached = {
             let entries = self.entries.lock().expect("backend cache");
             entries
-                .get(&key)
-                .filter(|(f, _)| *f == fingerprint)
-                .map(|(_, b)| b.clone())
+                .get(&key_of(provider))
+                .filter(|entry| entry.provider == version_of(provider))
+                .map(|entry| entry.backend.clone())
+        };
+        match cached {
+            Some(backend) => Ok(self.instrumented(provider.spec.class, backend)),
+            None => self.refresh(client, provider).await,
+        }
+    }
+
+    /// Reads `provider`'s credentials Secret and CA bundle and returns its backend,
+    /// connecting (or reconnecting after a change) as needed. A Provider whose
+    /// connection no longer resolves loses its entry, so that no controller keeps
+    /// using credentials that are gone.
+    pub async fn refresh(
+        &self,
+        client: &Client,
+        provider: &Provider,
+    ) -> Result<Instrumented, Unreachable> {
+        let key = key_of(provider);
+        let connection = match resolve(client, provider).await {
+            Ok(connection) => connection,
+            Err(unreachable) => {
+                self.entries.lock().expect("backend cache").remove(&key);
+                return Err(scrub_unreachable(unreachable));
+            }
+        };
+        register(&key, &connection);
+        let fingerprint = fingerprint(&connection);
+        let version = version_of(provider);
+        let cached = {
+            let mut entries = self.entries.lock().expect("backend cache");
+            entries
+                .get_mut(&key)
+                .filter(|entry| entry.fingerprint == fingerprint)
+                .map(|entry| {
+                    // Same connection, newer Provider object (e.g. a label changed).
+                    entry.provider = version.clone();
+                    entry.backend.clone()
+                })
         };
         let backend = match cached {
             Some(backend) => backend,
@@ -101,22 +143,30 @@ impl BackendCache {
                         message: e.message,
                     }
                 })?;
-                self.entries
-                    .lock()
-                    .expect("backend cache")
-                    .insert(key, (fingerprint, backend.clone()));
+                self.entries.lock().expect("backend cache").insert(
+                    key,
+                    Connected {
+                        fingerprint,
+                        provider: version,
+                        backend: backend.clone(),
+                    },
+                );
                 backend
             }
         };
-        Ok(Instrumented {
-            class: connection.class,
+        Ok(self.instrumented(connection.class, backend))
+    }
+
+    fn instrumented(&self, class: ProviderClass, backend: Arc<dyn Backend>) -> Instrumented {
+        Instrumented {
+            class,
             transfer: backend
                 .disk_transfer()
                 .is_some()
                 .then(|| ScrubbedTransfer(backend.clone())),
             backend,
             metrics: self.metrics.clone(),
-        })
+        }
     }
 
     /// Drops the backend of a deleted Provider, and its credentials from the scrubber.
@@ -178,6 +228,24 @@ fn scrub_unreachable(unreachable: Unreachable) -> Unreachable {
         reason: scrub_reason(unreachable.reason),
         message: scrub::global().scrub_owned(unreachable.message),
     }
+}
+
+/// The cache key of `provider`: `namespace/name`.
+fn key_of(provider: &Provider) -> String {
+    format!(
+        "{}/{}",
+        provider.namespace().unwrap_or_default(),
+        provider.name_any()
+    )
+}
+
+/// Which Provider object a connection was resolved from: a recreated Provider (new
+/// UID) or a changed spec (new generation) is resolved again.
+fn version_of(provider: &Provider) -> (String, Option<i64>) {
+    (
+        provider.uid().unwrap_or_default(),
+        provider.metadata.generation,
+    )
 }
 
 fn fingerprint(connection: &Connection) -> u64 {

@@ -227,7 +227,7 @@ async fn write_status(
 async fn apply(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let generation = provider.metadata.generation;
-    let (status, requeue) = match ctx.backends.for_provider(&ctx.client, provider).await {
+    let (status, requeue) = match ctx.backends.refresh(&ctx.client, provider).await {
         Err(unreachable) => (
             compute(
                 provider.status.as_ref(),

@@ -156,7 +156,7 @@ fn write_setup(md: &mut String, results: &[SizeResult]) {
     let _ = writeln!(md, "## Setup\n");
     let _ = writeln!(
         md,
-        "- Workload: one `sim` Provider (`latency: {}`), one VMClass, one VMImage; N \
+        "- Workload: one `sim` Provider (`latency: {}`, with a credentials Secret), one VMClass, one VMImage; N \
          VirtualMachines created at once ({} requests in flight) in one namespace, followed by \
          a watch sampled every 100 ms; after all are Ready an idle window of {:.0} s; then all \
          deleted at once and followed until gone.",

@@ -1,5 +1,6 @@
-//! The workload: a `sim` Provider, a VMClass and a VMImage, then N VirtualMachines
-//! created at once and deleted at once, followed through a watch.
+//! The workload: a `sim` Provider (with a credentials Secret), a VMClass and a
+//! VMImage, then N VirtualMachines created at once and deleted at once, followed
+//! through a watch.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,7 +9,7 @@ use anyhow::{Context as _, bail};
 use banlieue_sdk::api::{Provider, VMClass, VMImage, VirtualMachine};
 use banlieue_sdk::conditions::{self, types};
 use futures::{StreamExt as _, TryStreamExt as _};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -80,7 +81,10 @@ pub async fn fixtures(
         "metadata": {"name": FIXTURE},
         "spec": {
             "class": "sim",
-            "connection": {"endpoint": format!("sim://{ns}")},
+            // A credentials Secret, as every real backend has, so that the report
+            // shows what reading it costs per VM (sim itself ignores it).
+            "connection": {"endpoint": format!("sim://{ns}"),
+                           "credentialsRef": {"name": FIXTURE}},
             "capabilities": {
                 "storageClasses": [{"name": "fast", "target": {"pool": "default"}}],
                 "networkClasses": [{"name": "lan", "target": {"network": "default"}}]
@@ -93,8 +97,14 @@ pub async fn fixtures(
     let image: VMImage = parse(json!({"metadata": {"name": FIXTURE},
         "spec": {"os": {"family": "linux", "distribution": "debian", "version": "13"},
                  "sources": {"sim": {"name": "debian"}}}}))?;
+    let secret: Secret = parse(json!({"metadata": {"name": FIXTURE},
+        "stringData": {"username": "bench", "password": "bench-credentials-unused"}}))?;
     let providers: Api<Provider> = Api::namespaced(client.clone(), ns);
     let pp = PostParams::default();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&pp, &secret)
+        .await
+        .context("credentials Secret")?;
     providers.create(&pp, &provider).await.context("Provider")?;
     Api::<VMClass>::all(client.clone())
         .create(&pp, &class)

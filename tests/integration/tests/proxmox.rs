@@ -303,6 +303,57 @@ async fn a_bad_token_makes_the_provider_unreachable_with_pves_message() {
     assert!(!reachable.message.contains("not-the-secret"));
 }
 
+/// Machines reuse the Provider's connection rather than reading its Secret on every
+/// reconcile; a change of the Secret (seen through the watch) must still reach them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_credentials_secret_reaches_the_machines() {
+    let Some((ns, _operator, pve)) = world("pve-rotate", Auth::BadToken).await else {
+        return;
+    };
+    let providers: Api<Provider> = ns.api();
+    let vms: Api<VirtualMachine> = ns.api();
+    let machines: Api<ProxmoxMachine> = ns.api();
+    let reachable_is = |status: &'static str| {
+        move |p: &Provider| {
+            p.status.as_ref().is_some_and(|s| {
+                condition(&s.conditions, "Reachable").is_some_and(|c| c.status == status)
+            })
+        }
+    };
+    wait_for(&providers, "pve", WAIT, reachable_is("False")).await;
+
+    // Fixed: the Provider reconnects and a VM is made with the new token.
+    let secret = |auth| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pve-credentials"},
+               "stringData": credentials(&pve, auth)})
+    };
+    apply(&ns.client, &ns.name, &secret(Auth::Token))
+        .await
+        .unwrap();
+    wait_for(&providers, "pve", WAIT, reachable_is("True")).await;
+    apply(&ns.client, &ns.name, &vm(&ns, "app-1"))
+        .await
+        .unwrap();
+    wait_for(&vms, "app-1", WAIT, is_ready).await;
+
+    // Broken again: the next machine reconcile uses the token now in the Secret, not
+    // the connection it was first given.
+    apply(&ns.client, &ns.name, &secret(Auth::BadToken))
+        .await
+        .unwrap();
+    wait_for(&providers, "pve", WAIT, reachable_is("False")).await;
+    set_power(&vms, "app-1", "PoweredOff").await;
+    wait_for(&machines, "app-1", WAIT, |m| {
+        has_condition(m, "Unauthorized", "authentication failure")
+    })
+    .await;
+    assert_eq!(
+        machine_of(&pve, "app-1").unwrap()["status"],
+        "running",
+        "nothing was done with the old token"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_clone_and_a_lock_timeout_become_conditions_and_recover() {
     let Some((ns, _operator, pve)) = world("pve-faults", Auth::Token).await else {
