@@ -171,7 +171,7 @@ impl BackendCache {
 
     /// Drops the backend of a deleted Provider, and its credentials from the scrubber.
     pub fn forget(&self, namespace: &str, name: &str) {
-        let key = format!("{namespace}/{name}");
+        let key = key(namespace, name);
         self.entries.lock().expect("backend cache").remove(&key);
         scrub::global().forget(&key);
     }
@@ -230,12 +230,15 @@ fn scrub_unreachable(unreachable: Unreachable) -> Unreachable {
     }
 }
 
-/// The cache key of `provider`: `namespace/name`.
+/// The cache key (and scrubber source) of a Provider: `namespace/name`.
+fn key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
 fn key_of(provider: &Provider) -> String {
-    format!(
-        "{}/{}",
-        provider.namespace().unwrap_or_default(),
-        provider.name_any()
+    key(
+        &provider.namespace().unwrap_or_default(),
+        &provider.name_any(),
     )
 }
 
