@@ -75,6 +75,31 @@ impl Existing {
     }
 }
 
+#[cfg(test)]
+impl Existing {
+    /// A machine of `kind` named `name` on `provider`, for the plans' tests.
+    pub fn sample(
+        kind: InfraMachineKind,
+        name: &str,
+        provider: Option<&str>,
+        deleting: bool,
+    ) -> Self {
+        Existing {
+            kind,
+            name: name.to_owned(),
+            provider: provider.map(str::to_owned),
+            failure_domain: None,
+            deleting,
+            provider_id: None,
+            status: None,
+            uid: format!("uid-{name}"),
+            desired_power: PowerState::default(),
+            annotations: BTreeMap::new(),
+            comparable: Value::Null,
+        }
+    }
+}
+
 fn comparable(object: &Value) -> Value {
     let mut spec = object.get("spec").cloned().unwrap_or_default();
     if let Some(map) = spec.as_object_mut() {

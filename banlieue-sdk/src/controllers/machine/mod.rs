@@ -31,6 +31,7 @@ use serde_json::json;
 
 mod capi;
 mod ipam;
+mod plan;
 
 use super::MACHINE_FINALIZER;
 use super::context::{Context, key_of};
@@ -209,26 +210,12 @@ fn identity<K: Machine>(machine: &K) -> MachineIdentity {
 }
 
 async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {
-    if deleted_for_move(machine.meta()) {
-        // `clusterctl move` is about to delete this copy (its patch replaced every
-        // annotation, a pause included); the copy on the target owns the VM now.
-        return Ok(Action::await_change());
-    }
-    if let Some(source) = machine.annotations().get(IMPORTING_DISKS_ANNOTATION) {
-        // `CopyDisk`: the VM controller imports the disks under this machine's UID
-        // first; creating it now would clone the image instead.
-        let message = format!("its disks are being copied from {source}");
-        write_status(
-            machine,
-            ctx,
-            Outcome::Waiting {
-                reason: "ImportingDisks",
-                message: &message,
-            },
-            None,
-        )
-        .await?;
-        return Ok(Action::await_change());
+    let importing = machine.annotations().get(IMPORTING_DISKS_ANNOTATION);
+    if let Some(stop) = plan::held(
+        deleted_for_move(machine.meta()),
+        importing.map(String::as_str),
+    ) {
+        return stopped(machine, ctx, stop).await;
     }
     if let Some(owner) = elder_claimant(machine, ctx) {
         let error = BackendError::terminal(
@@ -248,95 +235,45 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             bootstrap_secret,
         } => (Some(placement), Some(bootstrap_secret)),
         capi::Gate::Paused(message) => {
-            write_status(machine, ctx, Outcome::Paused { message }, None).await?;
-            return Ok(Action::await_change());
+            return stopped(machine, ctx, plan::Stop::Paused(message)).await;
         }
         capi::Gate::Waiting {
             reason,
             message,
             retry,
         } => {
-            write_status(
-                machine,
-                ctx,
-                Outcome::Waiting {
-                    reason,
-                    message: &message,
-                },
-                None,
-            )
-            .await?;
-            return Ok(Action::requeue(retry));
+            let stop = plan::Stop::Waiting {
+                reason,
+                message,
+                retry: plan::Retry::After(retry),
+            };
+            return stopped(machine, ctx, stop).await;
         }
     };
-    let provider = match &placement {
-        Some(p) => provider_named(machine, ctx, &p.provider),
-        None => provider_of(machine, ctx),
+    let placed_on = placement.as_ref().map(|p| p.provider.as_str());
+    let referenced = machine.provider_ref().map(|r| r.name.as_str());
+    let found = match placed_on.or(referenced) {
+        Some(name) => provider_named(machine, ctx, name),
+        None => None,
     };
-    let Some(provider) = provider else {
-        let message = match (&placement, machine.provider_ref()) {
-            (Some(p), _) => format!("Provider {} not found", p.provider),
-            (None, Some(r)) => format!("Provider {} not found", r.name),
-            (None, None) => "spec.providerRef is not set (a Cluster API machine gets its Provider from its failure domain once a Machine owns it)".to_owned(),
-        };
-        write_status(
-            machine,
-            ctx,
-            Outcome::Waiting {
-                reason: "ProviderNotFound",
-                message: &message,
-            },
-            None,
-        )
-        .await?;
-        return Ok(Action::requeue(ctx.backoff(&key_of(machine))));
+    let provider = match plan::provider(
+        placed_on,
+        referenced,
+        found.as_deref(),
+        reached_backend(machine),
+    ) {
+        Ok(provider) => provider,
+        Err(stop) => return stopped(machine, ctx, stop).await,
     };
-    if provider.spec.paused {
-        write_status(
-            machine,
-            ctx,
-            Outcome::Paused {
-                message: "the Provider is paused",
-            },
-            None,
-        )
-        .await?;
-        return Ok(Action::await_change());
-    }
-    if provider.metadata.deletion_timestamp.is_some() && !reached_backend(machine) {
-        // Nothing new on a Provider on its way out; machines already there keep being
-        // reconciled until they are deleted (the Provider waits for them).
-        let message = format!(
-            "Provider {} is being deleted: nothing new is created on it",
-            provider.name_any()
-        );
-        write_status(
-            machine,
-            ctx,
-            Outcome::Waiting {
-                reason: "ProviderDeleting",
-                message: &message,
-            },
-            None,
-        )
-        .await?;
-        return Ok(Action::await_change());
-    }
-    let backend = match ctx.backends.for_provider(&ctx.client, &provider).await {
+    let backend = match ctx.backends.for_provider(&ctx.client, provider).await {
         Ok(backend) => backend,
         Err(unreachable) => {
-            let message = format!("{}: {}", unreachable.reason, unreachable.message);
-            write_status(
-                machine,
-                ctx,
-                Outcome::Waiting {
-                    reason: "ProviderNotReady",
-                    message: &message,
-                },
-                None,
-            )
-            .await?;
-            return Ok(Action::requeue(ctx.backoff(&key_of(machine))));
+            let stop = plan::Stop::Waiting {
+                reason: "ProviderNotReady",
+                message: format!("{}: {}", unreachable.reason, unreachable.message),
+                retry: plan::Retry::Backoff,
+            };
+            return stopped(machine, ctx, stop).await;
         }
     };
     let bootstrap_ref = match (&capi_bootstrap, machine.bootstrap()) {
@@ -349,35 +286,24 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         Some((secret, format)) => match read_bootstrap(ctx, machine, secret, format).await? {
             Some(data) => Some(data),
             None => {
-                let message = format!("bootstrap Secret {secret} not found");
-                write_status(
-                    machine,
-                    ctx,
-                    Outcome::Waiting {
-                        reason: "BootstrapDataNotFound",
-                        message: &message,
-                    },
-                    None,
-                )
-                .await?;
-                return Ok(Action::requeue(Duration::from_secs(10)));
+                let stop = plan::Stop::Waiting {
+                    reason: "BootstrapDataNotFound",
+                    message: format!("bootstrap Secret {secret} not found"),
+                    retry: plan::Retry::After(Duration::from_secs(10)),
+                };
+                return stopped(machine, ctx, stop).await;
             }
         },
     };
     let spec = match ipam::ensure(machine, ctx, machine.backend_spec()).await? {
         ipam::Addresses::Resolved(spec) => *spec,
         ipam::Addresses::Waiting { reason, message } => {
-            write_status(
-                machine,
-                ctx,
-                Outcome::Waiting {
-                    reason,
-                    message: &message,
-                },
-                None,
-            )
-            .await?;
-            return Ok(Action::requeue(ipam::RECHECK));
+            let stop = plan::Stop::Waiting {
+                reason,
+                message,
+                retry: plan::Retry::After(ipam::RECHECK),
+            };
+            return stopped(machine, ctx, stop).await;
         }
     };
     let request = MachineRequest {
@@ -425,44 +351,63 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             let current = patched.as_ref().unwrap_or(machine);
             write_status(current, ctx, Outcome::Observed(&observation), reported).await?;
             ctx.succeeded(&key_of(machine));
-            Ok(match &observation.pending {
-                Some(pending) => Action::requeue(pending.retry_after),
-                None if !observation.settled_at(machine.desired_power_state()) => {
-                    Action::requeue(Duration::from_secs(5))
-                }
-                None => Action::requeue(ctx.settings.sync_period),
-            })
+            let next = plan::after_ensure(Ok(&observation), machine.desired_power_state(), false);
+            Ok(action(machine, ctx, next.retry))
         }
         Err(error) => {
-            // Announced once per cause: the slow re-check of a terminal failure must
-            // not repeat its Warning.
             let announced = machine.machine_status().is_some_and(|s| {
                 crate::conditions::get(&s.conditions, crate::conditions::types::READY)
                     .is_some_and(|c| c.message == format!("{}: {}", error.reason, error.message))
             });
             write_status(machine, ctx, Outcome::Failed(&error), None).await?;
-            if error.is_transient() {
-                Ok(Action::requeue(
-                    error
-                        .retry_after
-                        .unwrap_or_else(|| ctx.backoff(&key_of(machine))),
-                ))
-            } else {
-                if !announced {
-                    ctx.event(
-                        machine,
-                        EventType::Warning,
-                        &error.reason,
-                        "Ensure",
-                        error.message.clone(),
-                    )
-                    .await;
-                }
-                // Terminal: wait for a change; a slow re-check notices out-of-band fixes.
-                Ok(Action::requeue(ctx.settings.sync_period))
+            let next = plan::after_ensure(Err(&error), machine.desired_power_state(), announced);
+            if next.announce {
+                ctx.event(
+                    machine,
+                    EventType::Warning,
+                    &error.reason,
+                    "Ensure",
+                    error.message.clone(),
+                )
+                .await;
             }
+            Ok(action(machine, ctx, next.retry))
         }
     }
+}
+
+/// What a plan's [`plan::Retry`] is for this machine.
+fn action<K: Machine>(machine: &K, ctx: &Context, retry: plan::Retry) -> Action {
+    match retry {
+        plan::Retry::AwaitChange => Action::await_change(),
+        plan::Retry::After(after) => Action::requeue(after),
+        plan::Retry::Backoff => Action::requeue(ctx.backoff(&key_of(machine))),
+        plan::Retry::SyncPeriod => Action::requeue(ctx.settings.sync_period),
+    }
+}
+
+/// Writes what a reconcile that stops before the backend says, and when it looks again.
+async fn stopped<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    stop: plan::Stop,
+) -> Result<Action, Error> {
+    let retry = match &stop {
+        plan::Stop::Quiet => return Ok(Action::await_change()),
+        plan::Stop::Paused(message) => {
+            write_status(machine, ctx, Outcome::Paused { message }, None).await?;
+            plan::Retry::AwaitChange
+        }
+        plan::Stop::Waiting {
+            reason,
+            message,
+            retry,
+        } => {
+            write_status(machine, ctx, Outcome::Waiting { reason, message }, None).await?;
+            *retry
+        }
+    };
+    Ok(action(machine, ctx, retry))
 }
 
 async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {

@@ -16,6 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 pub(crate) mod copy_disk;
+mod plan;
 
 use super::bootstrap;
 use super::context::{Context, key_of};
@@ -34,6 +35,7 @@ use crate::conditions;
 use crate::scheduling::{self, Decision, Sibling, Target};
 use crate::status::machine::DELETE_FAILED;
 use crate::status::virtual_machine::{Infra, Input, Migration, Scheduling, compute, worth_writing};
+use plan::Placement;
 
 const NAME: &str = "virtualmachine";
 
@@ -158,26 +160,15 @@ struct Outcome<'a> {
 }
 
 async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
-    if !ctx.stores_synced.load(std::sync::atomic::Ordering::SeqCst) {
-        // Right after a start the machines' caches may not show a VM's machines yet:
-        // a CopyDisk move in flight would look done, a machine absent (and be built
-        // again without what the move put on it).
-        return Ok(Action::requeue(Duration::from_millis(500)));
-    }
-    if crate::capi::metadata::paused(vm.meta(), None).is_some()
-        || crate::capi::metadata::deleted_for_move(vm.meta())
-    {
-        // Annotated `cluster.x-k8s.io/paused` (e.g. around a `clusterctl move`, which
-        // pauses Clusters but not standalone VMs): nothing is scheduled, built or
-        // moved until the annotation goes. Its machine, if any, is reconciled as usual.
-        // `delete-for-move` too: `clusterctl move` sets it just before deleting, by a
-        // patch that replaces every annotation (the pause included); rebuilding the
-        // machine it already deleted here would make a second VM.
-        return Ok(Action::await_change());
-    }
+    // Dereference: everything the plan decides on, from the caches.
     let namespace = vm.namespace().unwrap_or_default();
     let uid = vm.uid().unwrap_or_default();
-    let existing = infra::find(ctx, &namespace, &vm.name_any(), &uid);
+    let synced = ctx.stores_synced.load(std::sync::atomic::Ordering::SeqCst);
+    let existing = if synced {
+        infra::find(ctx, &namespace, &vm.name_any(), &uid)
+    } else {
+        Vec::new()
+    };
     let class = ctx
         .stores
         .classes
@@ -186,113 +177,59 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         .stores
         .images
         .get(&ObjectRef::new(&vm.spec.image_ref.name));
-    let (class, image) = match (class, image) {
-        (Some(class), Some(image)) => (class, image),
-        (class, _) => {
-            if let Some(again) = settling(vm) {
-                return Ok(Action::requeue(again));
-            }
-            let (reason, mut message) = if class.is_none() {
-                (
-                    "ClassNotFound",
-                    format!("VMClass {} not found", vm.spec.class_ref.name),
-                )
-            } else {
-                (
-                    "ImageNotFound",
-                    format!("VMImage {} not found", vm.spec.image_ref.name),
-                )
-            };
-            if let Some(machine) = existing.iter().find(|e| !e.deleting) {
-                // The VM runs on: it is neither rebuilt nor moved, only not updated.
-                message.push_str(&format!(
-                    "; its {} {} is kept as it is, and changes to the VM wait until it exists again",
-                    machine.kind.kind(),
-                    machine.name
-                ));
-            }
-            return unschedulable(vm, ctx, reason, &message, existing.first()).await;
-        }
-    };
-
     let providers = providers_in(ctx, &namespace);
-    let recorded = existing
-        .iter()
-        .find(|e| !e.deleting)
-        .and_then(|e| e.placement(&providers));
-    let decision = decide(
-        ctx,
-        vm,
-        &class.spec,
-        image.as_ref(),
-        &providers,
-        recorded.as_ref(),
-    );
-    let target = match decision {
-        Ok(target) => target,
-        Err((reason, message)) => {
-            if let Some(again) = settling(vm) {
-                return Ok(Action::requeue(again));
-            }
+    let held = crate::capi::metadata::paused(vm.meta(), None).is_some()
+        || crate::capi::metadata::deleted_for_move(vm.meta());
+    let decision = match (&class, &image) {
+        (Some(class), Some(image)) if synced && !held => {
+            let recorded = existing
+                .iter()
+                .find(|e| !e.deleting)
+                .and_then(|e| e.placement(&providers));
+            Some(decide(
+                ctx,
+                vm,
+                &class.spec,
+                image.as_ref(),
+                &providers,
+                recorded.as_ref(),
+            ))
+        }
+        _ => None,
+    };
+    let planned = plan::placement(plan::Facts {
+        synced,
+        held,
+        settling: settling(vm),
+        class: (&vm.spec.class_ref.name, class.is_some()),
+        image: (&vm.spec.image_ref.name, image.is_some()),
+        existing: &existing,
+        decision,
+        providers: &providers,
+        copying: vm.spec.migration.strategy == MigrationStrategy::CopyDisk,
+    });
+    let (target, provider, stale) = match planned {
+        Placement::Requeue(after) => return Ok(Action::requeue(after)),
+        Placement::AwaitChange => return Ok(Action::await_change()),
+        Placement::Unschedulable { reason, message } => {
             return unschedulable(vm, ctx, reason, &message, existing.first()).await;
         }
+        Placement::Recreate {
+            target,
+            stale,
+            message,
+            ..
+        } => return recreate(vm, ctx, &target, &existing, &stale, &message).await,
+        Placement::Build {
+            target,
+            provider,
+            stale,
+        } => (target, provider, stale),
+    };
+    let (Some(class), Some(image)) = (class, image) else {
+        unreachable!("the plan builds only with a class and an image");
     };
     let placement = target.to_status(None);
-    let provider = providers
-        .iter()
-        .find(|p| p.name_any() == target.provider)
-        .cloned();
-    let Some(provider) = provider else {
-        // The scheduler only places onto existing Providers; a vanished one shows up next round.
-        return Ok(Action::requeue(Duration::from_secs(1)));
-    };
-
-    // A machine elsewhere (another Provider or kind) must go before the new one comes.
-    let wanted_kind = machine_kind(&provider).ok();
-    let stale: Vec<&Existing> = existing
-        .iter()
-        .filter(|e| {
-            e.provider.as_deref() != Some(target.provider.as_str()) || Some(e.kind) != wanted_kind
-        })
-        .collect();
-    let copying = vm.spec.migration.strategy == MigrationStrategy::CopyDisk;
-    if !stale.is_empty() && !copying {
-        for old in &stale {
-            if !old.deleting {
-                infra::delete(ctx, &namespace, old).await?;
-                ctx.metrics.wrote(NAME);
-                let from = old.provider.clone().unwrap_or_default();
-                ctx.event(
-                    vm,
-                    EventType::Normal,
-                    "Migrating",
-                    "Migrate",
-                    format!(
-                        "removing {} on {from}, moving to {}",
-                        old.kind.kind(),
-                        target.provider
-                    ),
-                )
-                .await;
-            }
-        }
-        let message = format!(
-            "{} -> {} (Recreate: the old machine is deleted first, the new one is made from the image)",
-            stale[0].provider.clone().unwrap_or_default(),
-            target.provider
-        );
-        let outcome = Outcome {
-            scheduling: Scheduling::Placed(&placement),
-            migration: Some(Migration {
-                reason: "RemovingOldMachine",
-                message: &message,
-                moving: true,
-            }),
-            waiting: None,
-        };
-        write_status(vm, ctx, &outcome, None).await?;
-        return Ok(Action::requeue(Duration::from_secs(2)));
-    }
 
     let ensured = match bootstrap::ensure_secret(vm, ctx).await {
         Err(error) => match super::expected::rejected(&error) {
@@ -313,20 +250,17 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                 waiting: Some((reason, &message)),
             };
             write_status(vm, ctx, &outcome, existing.first()).await?;
-            let retry = if reason == bootstrap::NOT_FOUND {
-                Duration::from_secs(10)
-            } else {
-                // Fixed by a change to the VM or its Secret, which the watches see.
-                ctx.settings.sync_period
-            };
-            return Ok(Action::requeue(retry));
+            return Ok(Action::requeue(plan::bootstrap_retry(
+                reason,
+                ctx.settings.sync_period,
+            )));
         }
     };
     let built = build::infra_machine(&build::Input {
         vm,
         class: &class.spec,
         image: image.as_ref(),
-        provider: &provider,
+        provider,
         target: &target,
         bootstrap_secret: bootstrap_secret.as_deref(),
     });
@@ -346,7 +280,8 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         }
     };
     if !stale.is_empty() {
-        // CopyDisk (a Recreate deleted the stale machines above).
+        // CopyDisk (a Recreate deleted the stale machines instead).
+        let stale: Vec<&Existing> = stale.iter().map(|&i| &existing[i]).collect();
         let target = existing
             .iter()
             .find(|e| !stale.iter().any(|s| std::ptr::eq(*s, *e)));
@@ -357,7 +292,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                 stale: &stale,
                 target,
                 built,
-                provider: &provider,
+                provider,
                 placement: &placement,
             },
         )
@@ -365,7 +300,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     }
     let current_infra = existing.first();
     copy_disk::keep_lineage(&mut built, current_infra);
-    if !current_infra.is_some_and(|e| e.matches(&built)) {
+    if let plan::Machine::Apply { first } = plan::machine(current_infra, |e| e.matches(&built)) {
         if let Err(error) = infra::apply(ctx, &built).await {
             let Some(why) = super::expected::rejected(&error) else {
                 return Err(error.into());
@@ -383,7 +318,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             return Ok(Action::requeue(ctx.settings.sync_period));
         }
         ctx.metrics.wrote(NAME);
-        if current_infra.is_none() {
+        if first {
             let fd = target
                 .failure_domain
                 .as_deref()
@@ -417,6 +352,51 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         // A short requeue here re-applied machines the cache did not show yet.
         Ok(Action::requeue(WAITING_RECHECK))
     }
+}
+
+/// A Recreate move: asks the machines on the old placement to go (their finalizers
+/// remove the backend VMs) and reports the move; the new machine is built once they
+/// are gone.
+async fn recreate(
+    vm: &VirtualMachine,
+    ctx: &Context,
+    target: &Target,
+    existing: &[Existing],
+    stale: &[usize],
+    message: &str,
+) -> Result<Action, Error> {
+    let namespace = vm.namespace().unwrap_or_default();
+    for old in stale.iter().map(|&i| &existing[i]) {
+        if !old.deleting {
+            infra::delete(ctx, &namespace, old).await?;
+            ctx.metrics.wrote(NAME);
+            let from = old.provider.clone().unwrap_or_default();
+            ctx.event(
+                vm,
+                EventType::Normal,
+                "Migrating",
+                "Migrate",
+                format!(
+                    "removing {} on {from}, moving to {}",
+                    old.kind.kind(),
+                    target.provider
+                ),
+            )
+            .await;
+        }
+    }
+    let placement = target.to_status(None);
+    let outcome = Outcome {
+        scheduling: Scheduling::Placed(&placement),
+        migration: Some(Migration {
+            reason: "RemovingOldMachine",
+            message,
+            moving: true,
+        }),
+        waiting: None,
+    };
+    write_status(vm, ctx, &outcome, None).await?;
+    Ok(Action::requeue(plan::RECREATE_RECHECK))
 }
 
 /// The Providers of `namespace`, as the cache holds them.

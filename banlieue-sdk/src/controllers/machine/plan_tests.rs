@@ -1,0 +1,159 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::*;
+use crate::api::common::ProviderClass;
+use crate::api::provider::{Connection, ProviderSpec};
+use crate::backend::Pending;
+
+fn provider_with(paused: bool, deleting: bool) -> Provider {
+    let mut p = Provider::new(
+        "pve",
+        ProviderSpec {
+            class: ProviderClass::Proxmox,
+            connection: Connection {
+                endpoint: "https://pve:8006".into(),
+                ..Default::default()
+            },
+            capabilities: Default::default(),
+            failure_domains: vec![],
+            settings: BTreeMap::new(),
+            paused,
+        },
+    );
+    if deleting {
+        p.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    }
+    p
+}
+
+#[test]
+fn a_machine_about_to_move_or_importing_its_disks_waits() {
+    assert_eq!(held(true, Some("pve/vm")), Some(Stop::Quiet), "move first");
+    assert_eq!(
+        held(false, Some("vc/vm")),
+        Some(Stop::Waiting {
+            reason: "ImportingDisks",
+            message: "its disks are being copied from vc/vm".into(),
+            retry: Retry::AwaitChange,
+        })
+    );
+    assert_eq!(held(false, None), None);
+}
+
+#[test]
+fn a_missing_provider_names_what_was_looked_for() {
+    let waiting = |message: &str| {
+        Err(Stop::Waiting {
+            reason: "ProviderNotFound",
+            message: message.into(),
+            retry: Retry::Backoff,
+        })
+    };
+    let table = [
+        (
+            Some("fd-provider"),
+            Some("ref"),
+            "Provider fd-provider not found",
+        ),
+        (None, Some("ref"), "Provider ref not found"),
+        (
+            None,
+            None,
+            "spec.providerRef is not set (a Cluster API machine gets its Provider from its failure domain once a Machine owns it)",
+        ),
+    ];
+    for (placed_on, referenced, message) in table {
+        assert_eq!(
+            provider(placed_on, referenced, None, false),
+            waiting(message),
+            "{placed_on:?} {referenced:?}"
+        );
+    }
+}
+
+#[test]
+fn a_paused_or_departing_provider_builds_nothing_new() {
+    let paused = provider_with(true, true);
+    assert_eq!(
+        provider(None, Some("pve"), Some(&paused), true),
+        Err(Stop::Paused("the Provider is paused")),
+        "paused wins"
+    );
+    let deleting = provider_with(false, true);
+    assert_eq!(
+        provider(None, Some("pve"), Some(&deleting), false),
+        Err(Stop::Waiting {
+            reason: "ProviderDeleting",
+            message: "Provider pve is being deleted: nothing new is created on it".into(),
+            retry: Retry::AwaitChange,
+        })
+    );
+    assert_eq!(
+        provider(None, Some("pve"), Some(&deleting), true),
+        Ok(&deleting),
+        "a machine already there is reconciled until it is deleted"
+    );
+    let serving = provider_with(false, false);
+    assert_eq!(
+        provider(Some("pve"), None, Some(&serving), false),
+        Ok(&serving)
+    );
+}
+
+fn observation(pending: Option<Duration>, power: Option<PowerState>) -> MachineObservation {
+    MachineObservation {
+        provider_id: Some("proxmox://pve/100".into()),
+        power_state: power,
+        addresses: vec![],
+        failure_domain: None,
+        backend_ref: None,
+        pending: pending.map(|retry_after| Pending {
+            operation: "Cloning".into(),
+            task: None,
+            retry_after,
+        }),
+    }
+}
+
+#[test]
+fn the_backends_answer_sets_when_to_look_again() {
+    let on = PowerState::PoweredOn;
+    let next = |retry, announce| Next { retry, announce };
+    let cloning = observation(Some(Duration::from_secs(3)), None);
+    let booting = observation(None, Some(PowerState::PoweredOff));
+    let running = observation(None, Some(on));
+    let busy = BackendError::transient("Busy", "try later").retry_after(Duration::from_secs(7));
+    let flaky = BackendError::transient("Unreachable", "no route");
+    let broken = BackendError::terminal("TemplateNotFound", "no template 9000");
+    let table = [
+        (
+            Ok(&cloning),
+            false,
+            next(Retry::After(Duration::from_secs(3)), false),
+        ),
+        (
+            Ok(&booting),
+            false,
+            next(Retry::After(UNSETTLED_RECHECK), false),
+        ),
+        (Ok(&running), false, next(Retry::SyncPeriod, false)),
+        (
+            Err(&busy),
+            false,
+            next(Retry::After(Duration::from_secs(7)), false),
+        ),
+        (Err(&flaky), false, next(Retry::Backoff, false)),
+        (Err(&broken), false, next(Retry::SyncPeriod, true)),
+        (Err(&broken), true, next(Retry::SyncPeriod, false)),
+    ];
+    for (answer, announced, expected) in table {
+        assert_eq!(
+            after_ensure(answer, on, announced),
+            expected,
+            "{answer:?} announced {announced}"
+        );
+    }
+}

@@ -1,0 +1,280 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::*;
+use crate::api::common::ProviderClass;
+use crate::api::provider::{Connection, ProviderSpec};
+use crate::contract::InfraMachineKind;
+
+fn provider(name: &str, class: ProviderClass) -> Provider {
+    let mut p = Provider::new(
+        name,
+        ProviderSpec {
+            class,
+            connection: Connection {
+                endpoint: "sim://x".into(),
+                ..Default::default()
+            },
+            capabilities: Default::default(),
+            failure_domains: vec![],
+            settings: BTreeMap::new(),
+            paused: false,
+        },
+    );
+    p.metadata.namespace = Some("ns".into());
+    p
+}
+
+fn target(provider: &str, class: ProviderClass) -> Target {
+    Target {
+        provider: provider.into(),
+        class,
+        failure_domain: None,
+        topology: BTreeMap::new(),
+    }
+}
+
+fn machine(kind: InfraMachineKind, provider: &str) -> Existing {
+    Existing::sample(kind, "vm", Some(provider), false)
+}
+
+/// A VM whose inputs all exist, placed on `pve` (Proxmox), with no machine yet.
+fn facts<'a>(existing: &'a [Existing], providers: &'a [Provider]) -> Facts<'a> {
+    Facts {
+        synced: true,
+        held: false,
+        settling: None,
+        class: ("small", true),
+        image: ("ubuntu", true),
+        existing,
+        decision: Some(Ok(target("pve", ProviderClass::Proxmox))),
+        providers,
+        copying: false,
+    }
+}
+
+fn providers() -> Vec<Provider> {
+    vec![
+        provider("pve", ProviderClass::Proxmox),
+        provider("vc", ProviderClass::Vsphere),
+    ]
+}
+
+fn unschedulable(reason: &'static str, message: &str) -> Placement<'static> {
+    Placement::Unschedulable {
+        reason,
+        message: message.into(),
+    }
+}
+
+#[test]
+fn a_vm_with_everything_is_built_where_it_is_placed() {
+    let providers = providers();
+    let plan = placement(facts(&[], &providers));
+    assert_eq!(
+        plan,
+        Placement::Build {
+            target: target("pve", ProviderClass::Proxmox),
+            provider: &providers[0],
+            stale: vec![],
+        }
+    );
+}
+
+#[test]
+fn nothing_happens_before_the_caches_sync_or_while_held() {
+    let providers = providers();
+    let unsynced = Facts {
+        synced: false,
+        held: true,
+        ..facts(&[], &providers)
+    };
+    assert_eq!(placement(unsynced), Placement::Requeue(UNSYNCED_RETRY));
+    let held = Facts {
+        held: true,
+        class: ("small", false),
+        ..facts(&[], &providers)
+    };
+    assert_eq!(placement(held), Placement::AwaitChange);
+}
+
+#[test]
+fn missing_inputs_are_reported_once_the_vm_has_settled() {
+    let providers = providers();
+    let table: [((bool, bool), Option<Duration>, Placement<'static>); 5] = [
+        (
+            (false, true),
+            None,
+            unschedulable("ClassNotFound", "VMClass small not found"),
+        ),
+        (
+            (true, false),
+            None,
+            unschedulable("ImageNotFound", "VMImage ubuntu not found"),
+        ),
+        (
+            (false, false),
+            None,
+            unschedulable("ClassNotFound", "VMClass small not found"),
+        ),
+        (
+            (false, true),
+            Some(Duration::from_secs(1)),
+            Placement::Requeue(Duration::from_secs(1)),
+        ),
+        (
+            (true, false),
+            Some(Duration::from_secs(1)),
+            Placement::Requeue(Duration::from_secs(1)),
+        ),
+    ];
+    for ((class, image), settling, expected) in table {
+        let f = Facts {
+            class: ("small", class),
+            image: ("ubuntu", image),
+            settling,
+            decision: None,
+            ..facts(&[], &providers)
+        };
+        assert_eq!(
+            placement(f),
+            expected,
+            "class {class} image {image} settling {settling:?}"
+        );
+    }
+}
+
+#[test]
+fn a_running_machine_is_kept_and_named_while_an_input_is_missing() {
+    let providers = providers();
+    let existing = [
+        Existing::sample(InfraMachineKind::Proxmox, "old", Some("pve"), true),
+        machine(InfraMachineKind::Proxmox, "pve"),
+    ];
+    let f = Facts {
+        image: ("ubuntu", false),
+        decision: None,
+        ..facts(&existing, &providers)
+    };
+    assert_eq!(
+        placement(f),
+        unschedulable(
+            "ImageNotFound",
+            "VMImage ubuntu not found; its ProxmoxMachine vm is kept as it is, and changes to the VM wait until it exists again"
+        ),
+        "the machine named is the one not being deleted"
+    );
+}
+
+#[test]
+fn a_scheduler_refusal_is_reported_once_settled() {
+    let providers = providers();
+    let refused = || {
+        Some(Err((
+            "NoFeasibleProvider",
+            "no Provider has class fast".to_owned(),
+        )))
+    };
+    let settled = Facts {
+        decision: refused(),
+        ..facts(&[], &providers)
+    };
+    assert_eq!(
+        placement(settled),
+        unschedulable("NoFeasibleProvider", "no Provider has class fast")
+    );
+    let young = Facts {
+        decision: refused(),
+        settling: Some(Duration::from_secs(1)),
+        ..facts(&[], &providers)
+    };
+    assert_eq!(placement(young), Placement::Requeue(Duration::from_secs(1)));
+}
+
+#[test]
+fn a_placement_on_a_vanished_provider_waits_for_the_cache() {
+    let providers = vec![provider("vc", ProviderClass::Vsphere)];
+    assert_eq!(
+        placement(facts(&[], &providers)),
+        Placement::Requeue(VANISHED_PROVIDER_RETRY)
+    );
+}
+
+#[test]
+fn machines_elsewhere_are_removed_first_on_recreate() {
+    let providers = providers();
+    let table = [
+        // Another Provider.
+        (vec![machine(InfraMachineKind::VSphere, "vc")], vec![0]),
+        // The right Provider, the wrong kind (its class changed).
+        (vec![machine(InfraMachineKind::Libvirt, "pve")], vec![0]),
+        // One stays, one goes.
+        (
+            vec![
+                machine(InfraMachineKind::Proxmox, "pve"),
+                machine(InfraMachineKind::VSphere, "vc"),
+            ],
+            vec![1],
+        ),
+    ];
+    for (existing, stale) in table {
+        let from = existing[stale[0]].provider.clone().unwrap();
+        assert_eq!(
+            placement(facts(&existing, &providers)),
+            Placement::Recreate {
+                target: target("pve", ProviderClass::Proxmox),
+                provider: &providers[0],
+                stale: stale.clone(),
+                message: format!(
+                    "{from} -> pve (Recreate: the old machine is deleted first, the new one is made from the image)"
+                ),
+            },
+            "{existing:?}"
+        );
+    }
+}
+
+#[test]
+fn copy_disk_builds_the_target_and_names_what_it_copies_from() {
+    let providers = providers();
+    let existing = [
+        machine(InfraMachineKind::VSphere, "vc"),
+        machine(InfraMachineKind::Proxmox, "pve"),
+    ];
+    let f = Facts {
+        copying: true,
+        ..facts(&existing, &providers)
+    };
+    assert_eq!(
+        placement(f),
+        Placement::Build {
+            target: target("pve", ProviderClass::Proxmox),
+            provider: &providers[0],
+            stale: vec![0],
+        }
+    );
+}
+
+#[test]
+fn a_machine_that_already_is_what_was_built_is_not_applied() {
+    let current = machine(InfraMachineKind::Proxmox, "pve");
+    assert_eq!(super::machine(Some(&current), |_| true), Machine::Unchanged);
+    assert_eq!(
+        super::machine(Some(&current), |_| false),
+        Machine::Apply { first: false }
+    );
+    assert_eq!(
+        super::machine(None, |_| true),
+        Machine::Apply { first: true }
+    );
+}
+
+#[test]
+fn missing_bootstrap_data_is_looked_for_sooner_than_wrong_data() {
+    let sync = Duration::from_secs(600);
+    assert_eq!(
+        bootstrap_retry(crate::controllers::bootstrap::NOT_FOUND, sync),
+        Duration::from_secs(10)
+    );
+    assert_eq!(bootstrap_retry("BootstrapDataInvalid", sync), sync);
+}
