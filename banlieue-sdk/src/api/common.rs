@@ -158,55 +158,7 @@ pub struct CaBundleSource {
     pub secret_ref: Option<KeySelector>,
 }
 
-/// The backend a Provider talks to.
-#[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
-)]
-pub enum ProviderClass {
-    /// VMware vCenter (vSphere Web Services API).
-    #[serde(rename = "vsphere")]
-    Vsphere,
-    /// Proxmox VE (REST API).
-    #[serde(rename = "proxmox")]
-    Proxmox,
-    /// libvirt (QEMU/KVM hosts).
-    #[serde(rename = "libvirt")]
-    Libvirt,
-    /// Cloud Hypervisor hosts.
-    #[serde(rename = "cloud-hypervisor")]
-    CloudHypervisor,
-    /// banlieue's in-process simulator, for demos, tests and benchmarks.
-    #[serde(rename = "sim")]
-    Sim,
-}
-
-impl ProviderClass {
-    /// Every class, in a stable order.
-    pub const ALL: [ProviderClass; 5] = [
-        Self::Vsphere,
-        Self::Proxmox,
-        Self::Libvirt,
-        Self::CloudHypervisor,
-        Self::Sim,
-    ];
-
-    /// The wire name (`vsphere`, `cloud-hypervisor`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Vsphere => "vsphere",
-            Self::Proxmox => "proxmox",
-            Self::Libvirt => "libvirt",
-            Self::CloudHypervisor => "cloud-hypervisor",
-            Self::Sim => "sim",
-        }
-    }
-}
-
-impl std::fmt::Display for ProviderClass {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use super::provider_class::{InvalidProviderClass, ProviderClass};
 
 /// The power state of a machine. Values never read as YAML booleans.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

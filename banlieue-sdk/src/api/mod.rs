@@ -10,6 +10,7 @@
 pub mod common;
 pub mod infra;
 pub mod provider;
+mod provider_class;
 pub mod virtual_machine;
 pub mod vm_class;
 pub mod vm_image;

@@ -48,7 +48,8 @@ use super::common::{
     "!(self.class in ['vsphere', 'proxmox']) || has(self.connection.credentialsRef)"
 ).message("connection.credentialsRef is required for class vsphere and proxmox"))]
 pub struct ProviderSpec {
-    /// Which backend this is: `vsphere`, `proxmox`, `libvirt`, `cloud-hypervisor` or `sim`.
+    /// Which backend this is: `vsphere`, `proxmox`, `libvirt`, `cloud-hypervisor`, `sim`,
+    /// or the class (a DNS label) of a backend registered out of tree.
     /// Immutable: register a new Provider to change it.
     #[x_kube(validation = Rule::new("self == oldSelf")
         .message("spec.class is immutable: create a new Provider instead"))]

@@ -121,6 +121,8 @@ impl ImageSources {
             ProviderClass::Libvirt => self.libvirt.is_some(),
             ProviderClass::CloudHypervisor => self.cloud_hypervisor.is_some(),
             ProviderClass::Sim => self.sim.is_some(),
+            // An out-of-tree class has no source field here (yet): nothing to use.
+            _ => false,
         }
     }
 }

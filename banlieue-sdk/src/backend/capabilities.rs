@@ -47,6 +47,7 @@ pub fn image_source_kinds(class: ProviderClass) -> &'static [ImageSourceKind] {
         ProviderClass::Libvirt => &[Volume, Path],
         ProviderClass::CloudHypervisor => &[Kernel, Firmware],
         ProviderClass::Sim => &[Name],
+        _ => &[],
     }
 }
 
@@ -77,6 +78,7 @@ pub fn image_source_kind(sources: &ImageSources, class: ProviderClass) -> Option
             .as_ref()
             .map(|s| if s.kernel.is_some() { Kernel } else { Firmware }),
         ProviderClass::Sim => sources.sim.as_ref().map(|_| Name),
+        _ => None,
     }
 }
 

@@ -96,6 +96,15 @@ pub fn machine_kind(provider: &Provider) -> Result<InfraMachineKind, BuildError>
     if let Some(kind) = InfraMachineKind::for_class(provider.spec.class) {
         return Ok(kind);
     }
+    if provider.spec.class != ProviderClass::Sim {
+        return Err(BuildError::new(
+            "NoMachineKind",
+            format!(
+                "class {} has no infrastructure machine kind banlieue can build",
+                provider.spec.class
+            ),
+        ));
+    }
     match provider.spec.settings.get(SIM_MACHINE_KIND_SETTING) {
         None => Ok(InfraMachineKind::Libvirt),
         Some(name) => InfraMachineKind::from_kind(name).ok_or_else(|| {

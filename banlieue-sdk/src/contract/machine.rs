@@ -84,7 +84,8 @@ impl InfraMachineKind {
             ProviderClass::Proxmox => Some(Self::Proxmox),
             ProviderClass::Libvirt => Some(Self::Libvirt),
             ProviderClass::CloudHypervisor => Some(Self::CloudHypervisor),
-            ProviderClass::Sim => None,
+            // `sim`, and classes registered out of tree.
+            _ => None,
         }
     }
 

@@ -134,7 +134,10 @@ impl BackendCache {
                     .get(connection.class)
                     .ok_or_else(|| Unreachable {
                         reason: "BackendNotCompiledIn".into(),
-                        message: format!("this banlieue build has no {} backend", connection.class),
+                        message: format!(
+                            "no backend serves class {} in this operator: banlieue builds register theirs by feature, an embedding operator registers its own in its BackendRegistry",
+                            connection.class
+                        ),
                     })?;
                 let backend = factory.connect(&connection).map_err(|e| {
                     let e = scrub_error(e);

@@ -56,7 +56,8 @@ pub fn console(provider: &Provider, backend_ref: Option<&str>) -> Option<Hint> {
                 )),
             })
         }
-        ProviderClass::Sim => None,
+        // The simulator has no console; an out-of-tree backend's is unknown here.
+        _ => None,
     }
 }
 

@@ -89,13 +89,7 @@ pub fn reason(vm: &VirtualMachine) -> Option<&str> {
 
 /// A backend class as users write it in `Provider.spec.class`.
 pub fn class_name(class: ProviderClass) -> &'static str {
-    match class {
-        ProviderClass::Vsphere => "vsphere",
-        ProviderClass::Proxmox => "proxmox",
-        ProviderClass::Libvirt => "libvirt",
-        ProviderClass::CloudHypervisor => "cloud-hypervisor",
-        ProviderClass::Sim => "sim",
-    }
+    class.as_str()
 }
 
 fn power_name(power: PowerState) -> &'static str {

@@ -811,3 +811,57 @@ async fn bootstrap_data_reaches_the_backend_and_never_the_status() {
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = ns.api();
     assert!(secrets.get_opt("v-bootstrap").await.unwrap().is_none());
 }
+
+/// The class is open (any DNS label, for backends registered out of tree): a Provider
+/// whose class no registered backend serves is admitted and says so, and a VM placed
+/// on it is reported unschedulable rather than built as some other kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_of_an_unserved_class_says_so() {
+    let (ns, _operator, class, image) = world("unserved-class", json!({})).await;
+    let mut provider = sim_provider("hyperv", "hyperv://host", json!({}));
+    provider["spec"]["class"] = json!("hyperv");
+    apply(&ns.client, &ns.name, &provider).await.unwrap();
+    let providers: Api<Provider> = Api::namespaced(ns.client.clone(), &ns.name);
+    let reachable = |p: &Provider| {
+        p.status
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, "Reachable"))
+            .cloned()
+    };
+    let seen = wait_for(&providers, "hyperv", WAIT, |p| {
+        reachable(p).is_some_and(|c| c.status == "False")
+    })
+    .await;
+    let reachable = reachable(&seen).unwrap();
+    assert_eq!(reachable.reason, "BackendNotCompiledIn");
+    assert!(
+        reachable.message.contains("hyperv"),
+        "names the class: {}",
+        reachable.message
+    );
+
+    apply(
+        &ns.client,
+        &ns.name,
+        &vm("pinned", &class, &image, Some("hyperv")),
+    )
+    .await
+    .unwrap();
+    let vms: Api<VirtualMachine> = Api::namespaced(ns.client.clone(), &ns.name);
+    let vm = wait_for(&vms, "pinned", WAIT, |vm| {
+        condition(vm, "Scheduled").is_some_and(|c| c.status == "False")
+    })
+    .await;
+    let scheduled = condition(&vm, "Scheduled").unwrap();
+    assert!(
+        scheduled.message.contains("hyperv"),
+        "says why it cannot go there: {} {}",
+        scheduled.reason,
+        scheduled.message
+    );
+    let machines: Api<LibvirtMachine> = Api::namespaced(ns.client.clone(), &ns.name);
+    assert!(
+        machines.get_opt("pinned").await.unwrap().is_none(),
+        "nothing is built as another kind"
+    );
+}
