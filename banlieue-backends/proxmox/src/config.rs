@@ -228,7 +228,7 @@ pub fn machine_config(
     form.push("tags", tags.join(";"));
 
     let mut nameservers: Vec<String> = Vec::new();
-    let macs = crate::seed::macs(spec, &identity.uid, current);
+    let macs = macs(spec, &identity.uid, current);
     for (i, (nic, mac)) in spec.network.iter().zip(&macs).enumerate() {
         let key = format!("net{i}");
         let model = nic_model(nic.model);
@@ -370,6 +370,42 @@ pub fn disk_resize(spec: &ProxmoxMachineSpec, current: &Value) -> Option<Form> {
         }
     }
     None
+}
+
+/// The MAC of a current `netN` value (`virtio=BC:24:11:..,bridge=..`).
+pub fn current_mac(current: Option<&str>) -> Option<&str> {
+    let first = current?.split(',').next()?;
+    let (_, mac) = first.split_once('=')?;
+    (mac.len() == 17).then_some(mac)
+}
+
+/// FNV-1a, for stable MACs.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The MAC of each NIC, upper case as PVE writes them: the spec's, else the one
+/// the clone carries, else one derived from the UID in Proxmox's `BC:24:11` range
+/// (so the network config can match it before PVE ever sees the NIC).
+pub fn macs(spec: &ProxmoxMachineSpec, uid: &str, current: &Value) -> Vec<String> {
+    spec.network
+        .iter()
+        .enumerate()
+        .map(|(i, nic)| {
+            let key = format!("net{i}");
+            if let Some(mac) = nic
+                .mac_address
+                .as_deref()
+                .or_else(|| current_mac(current.get(&key).and_then(Value::as_str)))
+            {
+                return mac.to_ascii_uppercase();
+            }
+            let h = fnv(format!("{uid}/{i}").as_bytes()).to_be_bytes();
+            format!("BC:24:11:{:02X}:{:02X}:{:02X}", h[0], h[1], h[2])
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -24,42 +24,6 @@ pub fn volid(storage: &str, uid: &str) -> String {
     format!("{storage}:iso/{}", file_name(uid))
 }
 
-/// The MAC of a current `netN` value (`virtio=BC:24:11:..,bridge=..`).
-pub fn current_mac(current: Option<&str>) -> Option<&str> {
-    let first = current?.split(',').next()?;
-    let (_, mac) = first.split_once('=')?;
-    (mac.len() == 17).then_some(mac)
-}
-
-/// FNV-1a, for stable MACs.
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// The MAC of each NIC, upper case as PVE writes them: the spec's, else the one
-/// the clone carries, else one derived from the UID in Proxmox's `BC:24:11` range
-/// (so the network config can match it before PVE ever sees the NIC).
-pub fn macs(spec: &ProxmoxMachineSpec, uid: &str, current: &Value) -> Vec<String> {
-    spec.network
-        .iter()
-        .enumerate()
-        .map(|(i, nic)| {
-            let key = format!("net{i}");
-            if let Some(mac) = nic
-                .mac_address
-                .as_deref()
-                .or_else(|| current_mac(current.get(&key).and_then(Value::as_str)))
-            {
-                return mac.to_ascii_uppercase();
-            }
-            let h = fnv(format!("{uid}/{i}").as_bytes()).to_be_bytes();
-            format!("BC:24:11:{:02X}:{:02X}:{:02X}", h[0], h[1], h[2])
-        })
-        .collect()
-}
-
 /// The seed's files, `instance-id` = `instance_id` (the UID, or the one a copied
 /// machine keeps). Ignition cannot travel on a NoCloud seed: terminal.
 pub fn files(
@@ -174,6 +138,7 @@ pub fn attached_any(current: &Value) -> Option<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::macs;
     use banlieue_sdk::backend::SecretValue;
     use serde_json::json;
 
@@ -218,7 +183,7 @@ mod tests {
             macs[1].starts_with("BC:24:11:") && macs[1].len() == 17,
             "{macs:?}"
         );
-        assert_eq!(macs, super::macs(&spec(), UID, &current), "stable");
+        assert_eq!(macs, crate::config::macs(&spec(), UID, &current), "stable");
         let bootstrap = BootstrapData {
             format: BootstrapFormat::CloudConfig,
             user_data: SecretValue::new("#cloud-config\nruncmd: [kubeadm join]\n"),

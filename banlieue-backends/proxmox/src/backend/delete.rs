@@ -1,0 +1,69 @@
+//! [`Backend::delete`](banlieue_sdk::backend::Backend::delete) for Proxmox: stop, destroy and clean up a VM.
+
+use super::*;
+
+impl ProxmoxBackend {
+    pub(super) async fn delete_machine(
+        &self,
+        identity: &MachineIdentity,
+    ) -> Result<Deletion, BackendError> {
+        let retry_after = self.settings.task_poll_interval;
+        let resources = self.resources().await?;
+        let found = self.find(identity, &resources).await?;
+        let running = match self.poll(&identity.uid).await {
+            Ok(op) => op,
+            // A failed clone or power task does not block deletion.
+            Err(e) if found.is_none() || !e.is_transient() => None,
+            Err(e) => return Err(e),
+        };
+        let Some(found) = found else {
+            return Ok(match running {
+                Some(_) => Deletion::InProgress { retry_after },
+                None => Deletion::Gone,
+            });
+        };
+        if running.is_some() || found.lock.as_deref() == Some("clone") {
+            return Ok(Deletion::InProgress { retry_after });
+        }
+        if let Some(lock) = &found.lock {
+            return Err(BackendError::transient(
+                "VMLocked",
+                format!("VM {} is locked ({lock})", found.vmid),
+            ));
+        }
+        let path = vm_path(&found.node, found.vmid);
+        let status = match self
+            .client
+            .get(&format!("{path}/status/current"), &Form::new())
+            .await
+        {
+            Ok(s) => s,
+            Err(e) if e.is_missing_vm() => return Ok(Deletion::Gone),
+            Err(e) => return Err(pve(e)),
+        };
+        let (kind, data) = if status.get("status").and_then(Value::as_str) == Some("running") {
+            let data = self
+                .client
+                .post(&format!("{path}/status/stop"), &Form::new())
+                .await
+                .map_err(pve)?;
+            (OpKind::Stop, data)
+        } else {
+            // ISO volumes are not the VM's own disks: PVE's purge leaves them.
+            if let Some(progress) = self.delete_seed(identity, &found).await? {
+                return Ok(progress);
+            }
+            let query = Form::new()
+                .set("purge", 1)
+                .set("destroy-unreferenced-disks", 1);
+            match self.client.delete(&path, &query).await {
+                Ok(data) => (OpKind::Destroy, data),
+                Err(e) if e.is_missing_vm() => return Ok(Deletion::Gone),
+                Err(e) => return Err(pve(e)),
+            }
+        };
+        self.remember(&identity.uid, kind, &data)?;
+        info!(uid = %identity.uid, vmid = found.vmid, operation = kind.operation(), "proxmox: deleting");
+        Ok(Deletion::InProgress { retry_after })
+    }
+}

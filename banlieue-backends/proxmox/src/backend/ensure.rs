@@ -1,0 +1,262 @@
+//! [`Backend::ensure`](banlieue_sdk::backend::Backend::ensure) for Proxmox: clone, configure, seed and power a VM.
+
+use super::*;
+
+impl ProxmoxBackend {
+    pub(super) async fn ensure_machine(
+        &self,
+        request: &MachineRequest,
+    ) -> Result<MachineObservation, BackendError> {
+        let spec = spec_of(request)?;
+        let identity = &request.identity;
+        if identity.uid.is_empty() {
+            return Err(BackendError::terminal(
+                "InvalidRequest",
+                "the machine identity has an empty uid",
+            ));
+        }
+        let resources = self.resources().await?;
+        let found = self.find(identity, &resources).await?;
+        if let (None, Some(provider_id)) = (&found, &identity.provider_id) {
+            return Err(BackendError::machine_missing(
+                provider_id,
+                self.client.endpoint(),
+            ));
+        }
+        let Some(found) = found else {
+            // Not there: a clone may be in flight (or just failed).
+            match self.poll(&identity.uid).await {
+                Ok(Some((kind, upid))) => {
+                    return Ok(MachineObservation {
+                        pending: Some(self.pending(kind, Some(&upid))),
+                        ..Default::default()
+                    });
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.failed_clones()
+                        .insert(identity.uid.clone(), (e.clone(), Instant::now()));
+                    return Err(e);
+                }
+            }
+            // A failed clone is reported for a while before the next attempt.
+            let backoff = self.settings.failed_clone_backoff;
+            let failed = self.failed_clones().get(&identity.uid).cloned();
+            if let Some((error, at)) = failed
+                && at.elapsed() < backoff
+            {
+                return Err(error.retry_after(backoff.saturating_sub(at.elapsed())));
+            }
+            self.failed_clones().remove(&identity.uid);
+            return self.start_clone(request, spec, &resources).await;
+        };
+        let backend_ref = Some(format!("{}/{}", found.node, found.vmid));
+        let observation = |pending: Option<Pending>| MachineObservation {
+            failure_domain: Some(found.node.clone()),
+            backend_ref: backend_ref.clone(),
+            pending,
+            ..Default::default()
+        };
+        if found.lock.as_deref() == Some("clone") {
+            let task = self.ops().get(&identity.uid).map(|o| o.upid.clone());
+            return Ok(observation(Some(
+                self.pending(OpKind::Clone, task.as_ref()),
+            )));
+        }
+        if let Some((kind, upid)) = self.poll(&identity.uid).await? {
+            return Ok(observation(Some(self.pending(kind, Some(&upid)))));
+        }
+        let path = vm_path(&found.node, found.vmid);
+        let current = self
+            .client
+            .get(&format!("{path}/config"), &Form::new())
+            .await
+            .map_err(pve)?;
+        if found.adopted {
+            self.client
+                .put(
+                    &format!("{path}/config"),
+                    &config::adoption(identity, &current),
+                )
+                .await
+                .map_err(pve)?;
+            info!(uid = %identity.uid, vmid = found.vmid, node = %found.node, "proxmox: adopted (retagged with the new UID)");
+            return Ok(observation(Some(Pending {
+                operation: "Adopting".into(),
+                task: None,
+                retry_after: Duration::from_millis(100),
+            })));
+        }
+        if !found.configured {
+            if let Some(lock) = &found.lock {
+                return Err(BackendError::transient(
+                    "VMLocked",
+                    format!("VM {} is locked ({lock})", found.vmid),
+                ));
+            }
+            let seed = match &request.bootstrap {
+                Some(bootstrap) => {
+                    match self
+                        .ensure_seed(request, spec, bootstrap, &found, &current)
+                        .await?
+                    {
+                        Ok(drive) => Some(drive),
+                        Err(upid) => {
+                            return Ok(observation(Some(
+                                self.pending(OpKind::UploadSeed, Some(&upid)),
+                            )));
+                        }
+                    }
+                }
+                None => None,
+            };
+            let form = config::machine_config(
+                spec,
+                identity,
+                request.bootstrap.as_ref(),
+                seed.as_ref(),
+                &current,
+            );
+            self.client
+                .put(&format!("{path}/config"), &form)
+                .await
+                .map_err(pve)?;
+            info!(uid = %identity.uid, vmid = found.vmid, node = %found.node, "proxmox: configured");
+            if let Some(resize) = config::disk_resize(spec, &current) {
+                let data = self
+                    .client
+                    .put(&format!("{path}/resize"), &resize)
+                    .await
+                    .map_err(pve)?;
+                if data.is_string() {
+                    let upid = self.remember(&identity.uid, OpKind::Resize, &data)?;
+                    return Ok(observation(Some(self.pending(OpKind::Resize, Some(&upid)))));
+                }
+            }
+            return Ok(observation(Some(Pending {
+                operation: "Configuring".into(),
+                task: None,
+                retry_after: Duration::from_millis(100),
+            })));
+        }
+        let provider_id = config::smbios_uuid(&current).map(|u| format!("proxmox://{u}"));
+        let status = self
+            .client
+            .get(&format!("{path}/status/current"), &Form::new())
+            .await
+            .map_err(pve)?;
+        let power = power_of(&status);
+        // Spec changes after the first configuration (see `drift`).
+        let pending_config = drift::read_pending(
+            &self
+                .client
+                .get(&format!("{path}/pending"), &Form::new())
+                .await
+                .map_err(pve)?,
+        );
+        let changes = drift::spec_changes(spec, &pending_config.effective);
+        let resize = config::disk_resize(spec, &pending_config.effective);
+        if !changes.is_empty() || resize.is_some() {
+            if let Some(lock) = &found.lock {
+                return Err(BackendError::transient(
+                    "VMLocked",
+                    format!("VM {} is locked ({lock})", found.vmid),
+                ));
+            }
+            let (kind, data) = if changes.is_empty() {
+                let resize = resize.unwrap_or_default();
+                let data = self
+                    .client
+                    .put(&format!("{path}/resize"), &resize)
+                    .await
+                    .map_err(pve)?;
+                (OpKind::Resize, data)
+            } else {
+                self.client
+                    .put(&format!("{path}/config"), &changes)
+                    .await
+                    .map_err(pve)?;
+                (OpKind::Resize, Value::Null)
+            };
+            info!(uid = %identity.uid, vmid = found.vmid, config = ?changes, "proxmox: applying spec changes");
+            let pending = if data.is_string() {
+                let upid = self.remember(&identity.uid, kind, &data)?;
+                self.pending(kind, Some(&upid))
+            } else {
+                Pending {
+                    operation: "Reconfiguring".into(),
+                    task: None,
+                    retry_after: Duration::from_millis(100),
+                }
+            };
+            return Ok(MachineObservation {
+                provider_id,
+                power_state: Some(power),
+                ..observation(Some(pending))
+            });
+        }
+        let want = spec.power_state;
+        let action = match (want, power) {
+            (PowerState::PoweredOn, PowerState::PoweredOff) => {
+                Some((OpKind::Start, "start", Form::new()))
+            }
+            (PowerState::PoweredOn, PowerState::Suspended) => {
+                Some((OpKind::Resume, "resume", Form::new()))
+            }
+            (PowerState::PoweredOff, PowerState::PoweredOn | PowerState::Suspended) => Some((
+                OpKind::Shutdown,
+                "shutdown",
+                Form::new()
+                    .set("timeout", self.settings.shutdown_timeout)
+                    .set("forceStop", 1),
+            )),
+            (PowerState::Suspended, PowerState::PoweredOn) => {
+                Some((OpKind::Suspend, "suspend", Form::new()))
+            }
+            (PowerState::Suspended, PowerState::PoweredOff) => {
+                Some((OpKind::Start, "start", Form::new()))
+            }
+            _ => None,
+        };
+        if let Some((kind, verb, form)) = action {
+            if let Some(lock) = &found.lock {
+                return Err(BackendError::transient(
+                    "VMLocked",
+                    format!("VM {} is locked ({lock})", found.vmid),
+                ));
+            }
+            let data = self
+                .client
+                .post(&format!("{path}/status/{verb}"), &form)
+                .await
+                .map_err(pve)?;
+            let upid = self.remember(&identity.uid, kind, &data)?;
+            return Ok(MachineObservation {
+                provider_id,
+                power_state: Some(power),
+                ..observation(Some(self.pending(kind, Some(&upid))))
+            });
+        }
+        let addresses = if power == PowerState::PoweredOn {
+            self.addresses(&found, &config::vm_name(identity)).await
+        } else {
+            Vec::new()
+        };
+        // Running on the old config: say so until someone restarts it.
+        let restart = (power != PowerState::PoweredOff && !pending_config.waiting.is_empty())
+            .then(|| {
+                debug!(uid = %identity.uid, keys = ?pending_config.waiting, "proxmox: changes wait for a restart");
+                Pending {
+                    operation: RESTART_PENDING.into(),
+                    task: None,
+                    retry_after: RESTART_PENDING_RECHECK,
+                }
+            });
+        Ok(MachineObservation {
+            provider_id,
+            power_state: Some(power),
+            addresses,
+            ..observation(restart)
+        })
+    }
+}

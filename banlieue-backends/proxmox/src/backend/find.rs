@@ -1,0 +1,125 @@
+//! Finding VMs: the cluster's resources, and the VM carrying a machine's UID.
+
+use super::*;
+
+impl ProxmoxBackend {
+    pub(super) async fn resources(&self) -> Result<Vec<Value>, BackendError> {
+        let data = self
+            .client
+            .get("/cluster/resources", &Form::new().set("type", "vm"))
+            .await
+            .map_err(pve)?;
+        Ok(data
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| r.get("type").and_then(Value::as_str) == Some("qemu"))
+            .collect())
+    }
+
+    /// The VM carrying the UID: by its tag, else (not yet configured) by name and
+    /// the UID line of its description, else (a moved or restored object, whose UID is
+    /// new) by the SMBIOS UUID `spec.providerID` names.
+    pub(super) async fn find(
+        &self,
+        identity: &MachineIdentity,
+        resources: &[Value],
+    ) -> Result<Option<Found>, BackendError> {
+        let uid = &identity.uid;
+        let parse = |r: &Value, configured| {
+            Some(Found {
+                node: r.get("node")?.as_str()?.to_string(),
+                vmid: as_u32(r.get("vmid")?)?,
+                lock: r.get("lock").and_then(Value::as_str).map(str::to_string),
+                configured,
+                adopted: false,
+            })
+        };
+        let not_template = |r: &&Value| r.get("template").and_then(Value::as_i64).unwrap_or(0) != 1;
+        if let Some(found) = resources
+            .iter()
+            .filter(not_template)
+            .find(|r| config::has_uid_tag(r.get("tags").and_then(Value::as_str), uid))
+            .and_then(|r| parse(r, true))
+        {
+            return Ok(Some(found));
+        }
+        let name = config::vm_name(identity);
+        let marker = config::uid_marker(uid);
+        for r in resources.iter().filter(not_template) {
+            if r.get("name").and_then(Value::as_str) != Some(name.as_str()) {
+                continue;
+            }
+            let Some(found) = parse(r, false) else {
+                continue;
+            };
+            match self
+                .client
+                .get(
+                    &format!("{}/config", vm_path(&found.node, found.vmid)),
+                    &Form::new(),
+                )
+                .await
+            {
+                Ok(cfg)
+                    if cfg
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .is_some_and(|d| d.contains(&marker)) =>
+                {
+                    return Ok(Some(found));
+                }
+                Ok(_) => {}
+                Err(e) if e.is_missing_vm() => {}
+                Err(e) => return Err(pve(e)),
+            }
+        }
+        match identity.provider_id_for("proxmox")? {
+            Some(uuid) => self.find_by_smbios_uuid(&uuid, &name, resources).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The VM whose SMBIOS UUID is `uuid`. `/cluster/resources` does not show it, so
+    /// configs are read: VMs named `name` first (a move keeps the object's name).
+    pub(super) async fn find_by_smbios_uuid(
+        &self,
+        uuid: &str,
+        name: &str,
+        resources: &[Value],
+    ) -> Result<Option<Found>, BackendError> {
+        let mut candidates: Vec<&Value> = resources
+            .iter()
+            .filter(|r| r.get("template").and_then(Value::as_i64).unwrap_or(0) != 1)
+            .collect();
+        candidates.sort_by_key(|r| r.get("name").and_then(Value::as_str) != Some(name));
+        for r in candidates {
+            let (Some(node), Some(vmid)) = (
+                r.get("node").and_then(Value::as_str),
+                r.get("vmid").and_then(as_u32),
+            ) else {
+                continue;
+            };
+            match self
+                .client
+                .get(&format!("{}/config", vm_path(node, vmid)), &Form::new())
+                .await
+            {
+                Ok(cfg) if config::smbios_uuid(&cfg).as_deref() == Some(uuid) => {
+                    return Ok(Some(Found {
+                        node: node.to_string(),
+                        vmid,
+                        lock: r.get("lock").and_then(Value::as_str).map(str::to_string),
+                        configured: true,
+                        adopted: true,
+                    }));
+                }
+                Ok(_) => {}
+                Err(e) if e.is_missing_vm() => {}
+                Err(e) => return Err(pve(e)),
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,44 @@
+//! [`Backend::observe`](banlieue_sdk::backend::Backend::observe) for Proxmox.
+
+use super::*;
+
+impl ProxmoxBackend {
+    pub(super) async fn observe_machine(
+        &self,
+        identity: &MachineIdentity,
+    ) -> Result<Option<MachineObservation>, BackendError> {
+        let resources = self.resources().await?;
+        let Some(found) = self.find(identity, &resources).await? else {
+            return Ok(None);
+        };
+        let path = vm_path(&found.node, found.vmid);
+        let current = self
+            .client
+            .get(&format!("{path}/config"), &Form::new())
+            .await
+            .map_err(pve)?;
+        let status = self
+            .client
+            .get(&format!("{path}/status/current"), &Form::new())
+            .await
+            .map_err(pve)?;
+        let power = power_of(&status);
+        let addresses = if power == PowerState::PoweredOn {
+            self.addresses(&found, &config::vm_name(identity)).await
+        } else {
+            Vec::new()
+        };
+        let pending = self
+            .ops()
+            .get(&identity.uid)
+            .map(|op| self.pending(op.kind, Some(&op.upid)));
+        Ok(Some(MachineObservation {
+            provider_id: config::smbios_uuid(&current).map(|u| format!("proxmox://{u}")),
+            power_state: Some(power),
+            addresses,
+            failure_domain: Some(found.node.clone()),
+            backend_ref: Some(format!("{}/{}", found.node, found.vmid)),
+            pending,
+        }))
+    }
+}

@@ -1,0 +1,59 @@
+//! The PVE tasks in flight per machine: remembering and polling them.
+
+use super::*;
+
+impl ProxmoxBackend {
+    /// Polls the task in flight for `uid`, if any: `Some(kind)` while it runs; a
+    /// failed task is forgotten and returned as an error.
+    pub(super) async fn poll(&self, uid: &str) -> Result<Option<(OpKind, Upid)>, BackendError> {
+        let Some(op) = self.ops().get(uid).cloned() else {
+            return Ok(None);
+        };
+        match task_state(&self.client, &op.upid).await {
+            Ok(TaskState::Running) => Ok(Some((op.kind, op.upid))),
+            Ok(TaskState::Succeeded) => {
+                self.ops().remove(uid);
+                Ok(None)
+            }
+            Ok(TaskState::Failed(exit)) => {
+                self.ops().remove(uid);
+                info!(uid, task = %op.upid.raw, exit, "proxmox: task failed");
+                let message = format!("task {} failed: {exit}", op.upid.raw);
+                Err(if is_lock_message(&exit) {
+                    BackendError::transient("VMLocked", message)
+                } else if matches!(op.kind, OpKind::Clone | OpKind::Resize | OpKind::Start) {
+                    BackendError::terminal(op.kind.failure_reason(), message)
+                } else {
+                    BackendError::transient(op.kind.failure_reason(), message)
+                })
+            }
+            // PVE forgets tasks after a restart of pvedaemon: nothing left to wait for.
+            Err(e)
+                if e.status() == Some(500)
+                    && e.message().contains("unable to parse worker upid") =>
+            {
+                self.ops().remove(uid);
+                Ok(None)
+            }
+            Err(e) => Err(pve(e)),
+        }
+    }
+
+    pub(super) fn remember(
+        &self,
+        uid: &str,
+        kind: OpKind,
+        data: &Value,
+    ) -> Result<Upid, BackendError> {
+        let upid = upid_of(data).map_err(pve)?;
+        debug!(uid, task = %upid.raw, operation = kind.operation(), "proxmox: task started");
+        self.ops().insert(
+            uid.to_string(),
+            Op {
+                kind,
+                upid: upid.clone(),
+            },
+        );
+        Ok(upid)
+    }
+}
