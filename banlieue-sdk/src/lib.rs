@@ -5,6 +5,7 @@
 //!   (the Cluster API InfraMachine and InfraCluster kinds of every backend and their
 //!   templates, in [`api::infra`]).
 //! - [`crds`]: every CustomResourceDefinition, as objects or YAML.
+//! - [`duration`]: Go-style durations (`90s`, `1m30s`, `500ms`).
 //!
 //! The validation that the CRD schemas carry (enums, bounds, CEL rules for
 //! cross-field invariants and immutable fields) is declared next to each field, so
@@ -39,6 +40,7 @@ pub mod contract;
 #[cfg(feature = "controllers")]
 pub mod controllers;
 pub mod crds;
+pub mod duration;
 pub mod scheduling;
 pub mod scrub;
 pub mod status;

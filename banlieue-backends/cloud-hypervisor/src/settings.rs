@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use banlieue_sdk::backend::{BackendError, Connection};
+use banlieue_sdk::duration::parse_or_seconds;
 
 /// Parsed connection and settings (see the crate docs for the table).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,19 +36,6 @@ pub struct ChSettings {
     /// qcow2 images become qcow2 overlays backed by the image (`qcow2Disks: overlay`,
     /// the default) instead of copies (`copy`).
     pub qcow2_overlay: bool,
-}
-
-fn duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if let Some(ms) = text.strip_suffix("ms") {
-        return ms.trim().parse().ok().map(Duration::from_millis);
-    }
-    text.strip_suffix('s')
-        .unwrap_or(text)
-        .trim()
-        .parse()
-        .ok()
-        .map(Duration::from_secs)
 }
 
 /// The state directory an endpoint names: `local:///var/lib/banlieue/ch`,
@@ -97,7 +85,10 @@ impl ChSettings {
         let mut bad = Vec::new();
         let mut set = |key: &str, max: u64, field: &mut Duration| {
             if let Some(v) = settings.get(key) {
-                match duration(v).filter(|d| *d <= Duration::from_secs(max)) {
+                match parse_or_seconds(v)
+                    .ok()
+                    .filter(|d| *d <= Duration::from_secs(max))
+                {
                     Some(d) => *field = d,
                     None => bad.push(format!(
                         "{key} {v:?} is not a duration up to {max}s (e.g. 500ms, 30s)"

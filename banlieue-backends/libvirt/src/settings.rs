@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use banlieue_sdk::backend::BackendError;
+use banlieue_sdk::duration::parse_or_seconds;
 
 /// Which `<domain type>` to define.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,18 +54,6 @@ impl Default for LibvirtSettings {
     }
 }
 
-fn duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if let Some(ms) = text.strip_suffix("ms") {
-        return ms.parse().ok().map(Duration::from_millis);
-    }
-    text.strip_suffix('s')
-        .unwrap_or(text)
-        .parse()
-        .ok()
-        .map(Duration::from_secs)
-}
-
 impl LibvirtSettings {
     /// Parses the settings; bad values fail with a terminal `InvalidSettings`. Keys
     /// this backend does not know are ignored (the operator reads some itself).
@@ -97,7 +86,10 @@ impl LibvirtSettings {
             ("pollInterval", &mut parsed.poll_interval, 300),
         ] {
             if let Some(v) = settings.get(key) {
-                match duration(v).filter(|d| !d.is_zero() && *d <= Duration::from_secs(max)) {
+                match parse_or_seconds(v)
+                    .ok()
+                    .filter(|d| !d.is_zero() && *d <= Duration::from_secs(max))
+                {
                     Some(d) => *target = d,
                     None => bad.push(format!(
                         "{key} {v:?} is not a duration from 1ms to {max}s (e.g. 500ms, 30s)"

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use banlieue_sdk::backend::BackendError;
+use banlieue_sdk::duration::parse_or_seconds;
 
 /// Parsed settings (see the crate docs for the table).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,18 +41,6 @@ impl Default for ProxmoxSettings {
     }
 }
 
-fn duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if let Some(ms) = text.strip_suffix("ms") {
-        return ms.parse().ok().map(Duration::from_millis);
-    }
-    text.strip_suffix('s')
-        .unwrap_or(text)
-        .parse()
-        .ok()
-        .map(Duration::from_secs)
-}
-
 impl ProxmoxSettings {
     /// Parses the settings; bad values fail with a terminal `InvalidSettings`. Keys
     /// this backend does not know are ignored (the operator reads some itself).
@@ -59,7 +48,10 @@ impl ProxmoxSettings {
         let mut parsed = Self::default();
         let mut bad = Vec::new();
         if let Some(v) = settings.get("taskPollInterval") {
-            match duration(v).filter(|d| !d.is_zero() && *d <= Duration::from_secs(300)) {
+            match parse_or_seconds(v)
+                .ok()
+                .filter(|d| !d.is_zero() && *d <= Duration::from_secs(300))
+            {
                 Some(d) => parsed.task_poll_interval = d,
                 None => bad.push(format!(
                     "taskPollInterval {v:?} is not a duration from 1ms to 300s (e.g. 500ms, 2s)"
@@ -67,7 +59,10 @@ impl ProxmoxSettings {
             }
         }
         if let Some(v) = settings.get("failedCloneBackoff") {
-            match duration(v).filter(|d| *d <= Duration::from_secs(3600)) {
+            match parse_or_seconds(v)
+                .ok()
+                .filter(|d| *d <= Duration::from_secs(3600))
+            {
                 Some(d) => parsed.failed_clone_backoff = d,
                 None => bad.push(format!(
                     "failedCloneBackoff {v:?} is not a duration up to 3600s (e.g. 30s)"

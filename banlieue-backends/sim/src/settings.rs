@@ -352,39 +352,14 @@ pub fn parse_duration(value: &str) -> Result<Duration, String> {
             "{value:?} is not a duration; use a number with a unit (ms, s, m, h) such as 200ms, 2s or 1m30s"
         )
     };
-    if value == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut rest = value;
-    let mut nanos = 0f64;
-    if rest.is_empty() {
+    if value.trim() != value {
         return Err(bad());
     }
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..number_len].parse().map_err(|_| bad())?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit_len..];
-        nanos += number * scale;
-    }
-    if !nanos.is_finite() || nanos > MAX_LATENCY.as_nanos() as f64 * 1000.0 {
+    let duration = banlieue_sdk::duration::parse(value).map_err(|_| bad())?;
+    if duration.as_nanos() > MAX_LATENCY.as_nanos() * 1000 {
         return Err(bad());
     }
-    Ok(Duration::from_nanos(nanos.round() as u64))
+    Ok(duration)
 }
 
 fn parse_rate(value: &str) -> Result<f64, String> {

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use banlieue_sdk::backend::BackendError;
+use banlieue_sdk::duration::parse_or_seconds;
 
 /// Parsed settings (see the crate docs for the table).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,18 +38,6 @@ impl Default for VSphereSettings {
     }
 }
 
-fn duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if let Some(ms) = text.strip_suffix("ms") {
-        return ms.parse().ok().map(Duration::from_millis);
-    }
-    text.strip_suffix('s')
-        .unwrap_or(text)
-        .parse()
-        .ok()
-        .map(Duration::from_secs)
-}
-
 impl VSphereSettings {
     /// Parses the settings; bad values fail with a terminal `InvalidSettings`. Keys
     /// this backend does not know are ignored (the operator reads some itself).
@@ -57,7 +46,8 @@ impl VSphereSettings {
         let mut bad = Vec::new();
         let mut dur = |key: &str, max: u64, slot: &mut Duration, zero_ok: bool| {
             if let Some(v) = settings.get(key) {
-                match duration(v)
+                match parse_or_seconds(v)
+                    .ok()
                     .filter(|d| (zero_ok || !d.is_zero()) && *d <= Duration::from_secs(max))
                 {
                     Some(d) => *slot = d,

@@ -115,20 +115,8 @@ struct Args {
 
 /// Parses `300`, `300s`, `5m`, `1h` or `1500ms`.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let invalid = || format!("{text:?} is not a duration like 60s, 5m or 300");
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| invalid())?;
-    Ok(match unit {
-        "" | "s" => Duration::from_secs(number),
-        "ms" => Duration::from_millis(number),
-        "m" => Duration::from_secs(number * 60),
-        "h" => Duration::from_secs(number * 3600),
-        _ => return Err(invalid()),
-    })
+    banlieue_sdk::duration::parse_or_seconds(text)
+        .map_err(|_| format!("{:?} is not a duration like 60s, 5m or 300", text.trim()))
 }
 
 fn main() -> anyhow::Result<()> {

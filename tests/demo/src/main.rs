@@ -139,36 +139,12 @@ fn parse_flag(text: &str) -> Result<bool, String> {
 
 /// Parses `180`, `180s`, `3m`, `1m30s` or `500ms`.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if let Ok(secs) = text.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    let invalid = || format!("{text:?} is not a duration like 180, 90s, 3m or 1m30s");
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .filter(|&n| n > 0)
-            .ok_or_else(invalid)?;
-        let value: u64 = rest[..digits].parse().map_err(|_| invalid())?;
-        rest = &rest[digits..];
-        let unit = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        total += match &rest[..unit] {
-            "ms" => Duration::from_millis(value),
-            "s" => Duration::from_secs(value),
-            "m" => Duration::from_secs(value * 60),
-            "h" => Duration::from_secs(value * 3600),
-            _ => return Err(invalid()),
-        };
-        rest = &rest[unit..];
-    }
-    if text.is_empty() {
-        return Err(invalid());
-    }
-    Ok(total)
+    banlieue_sdk::duration::parse_or_seconds(text).map_err(|_| {
+        format!(
+            "{:?} is not a duration like 180, 90s, 3m or 1m30s",
+            text.trim()
+        )
+    })
 }
 
 fn main() -> ExitCode {

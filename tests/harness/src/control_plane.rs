@@ -698,30 +698,7 @@ fn env_duration(name: &str) -> Option<Duration> {
 
 /// Parses Go-style durations (`1m30s`, `500ms`, `2h`) and plain seconds (`90`).
 fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if let Ok(secs) = text.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.')?;
-        let value: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += Duration::try_from_secs_f64(value * scale).ok()?;
-        rest = &rest[unit_len..];
-    }
-    (!text.is_empty()).then_some(total)
+    banlieue_sdk::duration::parse_or_seconds(text).ok()
 }
 
 #[cfg(test)]

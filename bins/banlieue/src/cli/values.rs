@@ -4,75 +4,11 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-/// Parses a duration the way Go's `time.ParseDuration` does: a sequence of decimal
-/// numbers, each with an optional fraction and a unit (`h`, `m`, `s`, `ms`, `us`/`µs`,
-/// `ns`), e.g. `10m`, `30s`, `1h30m`, `500ms`, `1.5s`. A bare `0` is zero.
+/// Parses a duration the way Go's `time.ParseDuration` does
+/// ([`banlieue_sdk::duration::parse`]): `10m`, `30s`, `1h30m`, `500ms`, `1.5s`; a bare
+/// `0` is zero.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() {
-        return Err("empty duration".into());
-    }
-    let mut rest = s;
-    let mut nanos: u128 = 0;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number = &rest[..number_len];
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let per_unit: u128 = match unit {
-            "h" => 3_600_000_000_000,
-            "m" => 60_000_000_000,
-            "s" => 1_000_000_000,
-            "ms" => 1_000_000,
-            "us" | "µs" => 1_000,
-            "ns" => 1,
-            "" => {
-                return Err(format!(
-                    "missing unit in duration {s:?} (use h, m, s, ms, us or ns)"
-                ));
-            }
-            other => return Err(format!("unknown unit {other:?} in duration {s:?}")),
-        };
-        nanos += scaled(number, per_unit)
-            .ok_or_else(|| format!("invalid number {number:?} in duration {s:?}"))?;
-    }
-    let secs =
-        u64::try_from(nanos / 1_000_000_000).map_err(|_| format!("duration {s:?} is too long"))?;
-    // The remainder is below one second, so it fits in u32.
-    Ok(Duration::new(secs, (nanos % 1_000_000_000) as u32))
-}
-
-/// `number * per_unit`, where `number` is a decimal with an optional fraction.
-fn scaled(number: &str, per_unit: u128) -> Option<u128> {
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    if whole.is_empty() && fraction.is_empty() {
-        return None;
-    }
-    let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
-    if !digits(whole) || !digits(fraction) {
-        return None;
-    }
-    let whole: u128 = if whole.is_empty() {
-        0
-    } else {
-        whole.parse().ok()?
-    };
-    let mut total = whole.checked_mul(per_unit)?;
-    let mut scale = per_unit;
-    for digit in fraction.bytes() {
-        scale /= 10;
-        total = total.checked_add(u128::from(digit - b'0') * scale)?;
-    }
-    Some(total)
+    banlieue_sdk::duration::parse(s).map_err(|e| e.to_string())
 }
 
 /// A server's bind address; `None` when disabled with `0`.
