@@ -10,8 +10,7 @@ use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, BackendFactory, Connection, Deletion, DiskTransfer, ImageLookup,
-    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest, MachineSpec,
-    Pending,
+    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest, Pending,
 };
 use tracing::{info, warn};
 
@@ -78,16 +77,7 @@ pub struct ChBackend {
 pub(crate) fn spec_of(
     request: &MachineRequest,
 ) -> Result<&CloudHypervisorMachineSpec, BackendError> {
-    match &request.spec {
-        MachineSpec::CloudHypervisor(spec) => Ok(spec),
-        other => Err(BackendError::terminal(
-            "WrongMachineKind",
-            format!(
-                "a cloud-hypervisor Provider serves CloudHypervisorMachines, not {}",
-                other.kind()
-            ),
-        )),
-    }
+    request.spec_as::<CloudHypervisorMachineSpec>()
 }
 
 fn host_error(what: &str, path: &Path, e: std::io::Error) -> BackendError {

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use banlieue_kit::settings::{Settings, Zero};
 use banlieue_sdk::backend::{BackendError, Connection};
-use banlieue_sdk::duration::parse_or_seconds;
 
 /// Parsed connection and settings (see the crate docs for the table).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,28 +82,35 @@ impl ChSettings {
             dhcp_leases: None,
             qcow2_overlay: true,
         };
-        let mut bad = Vec::new();
-        let mut set = |key: &str, max: u64, field: &mut Duration| {
-            if let Some(v) = settings.get(key) {
-                match parse_or_seconds(v)
-                    .ok()
-                    .filter(|d| *d <= Duration::from_secs(max))
-                {
-                    Some(d) => *field = d,
-                    None => bad.push(format!(
-                        "{key} {v:?} is not a duration up to {max}s (e.g. 500ms, 30s)"
-                    )),
-                }
-            }
-        };
-        set("shutdownTimeout", 3600, &mut parsed.shutdown_timeout);
-        set("restartDelay", 3600, &mut parsed.restart_delay);
-        set("startTimeout", 300, &mut parsed.start_timeout);
-        set("pollInterval", 300, &mut parsed.poll_interval);
-        set("apiTimeout", 300, &mut parsed.api_timeout);
-        set("hangTimeout", 3600, &mut parsed.hang_timeout);
+        let mut read = Settings::new(settings);
+        read.duration(
+            "shutdownTimeout",
+            Zero::Allowed,
+            3600,
+            &mut parsed.shutdown_timeout,
+        );
+        read.duration(
+            "restartDelay",
+            Zero::Allowed,
+            3600,
+            &mut parsed.restart_delay,
+        );
+        read.duration(
+            "startTimeout",
+            Zero::Allowed,
+            300,
+            &mut parsed.start_timeout,
+        );
+        read.duration(
+            "pollInterval",
+            Zero::Allowed,
+            300,
+            &mut parsed.poll_interval,
+        );
+        read.duration("apiTimeout", Zero::Allowed, 300, &mut parsed.api_timeout);
+        read.duration("hangTimeout", Zero::Allowed, 3600, &mut parsed.hang_timeout);
         if parsed.poll_interval.is_zero() || parsed.api_timeout.is_zero() {
-            bad.push("pollInterval and apiTimeout must not be zero".into());
+            read.bad("pollInterval and apiTimeout must not be zero");
         }
         if let Some(v) = settings.get("binary").filter(|v| !v.is_empty()) {
             parsed.binary = PathBuf::from(v);
@@ -111,18 +118,15 @@ impl ChSettings {
         match settings.get("qcow2Disks").map(String::as_str) {
             None | Some("overlay") => {}
             Some("copy") => parsed.qcow2_overlay = false,
-            Some(other) => bad.push(format!("qcow2Disks {other:?} is not overlay or copy")),
+            Some(other) => read.bad(format!("qcow2Disks {other:?} is not overlay or copy")),
         }
         parsed.host_name = settings.get("hostName").cloned().filter(|h| !h.is_empty());
         parsed.dhcp_leases = settings
             .get("dhcpLeases")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
-        if bad.is_empty() {
-            Ok(parsed)
-        } else {
-            Err(BackendError::terminal("InvalidSettings", bad.join("; ")))
-        }
+        read.finish()?;
+        Ok(parsed)
     }
 }
 

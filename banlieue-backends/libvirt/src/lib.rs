@@ -75,7 +75,7 @@ pub mod domain;
 pub mod error;
 pub mod inventory;
 pub mod machine;
-pub mod qemu_img;
+pub use banlieue_kit::qemu_img;
 pub mod seed;
 pub mod settings;
 pub mod transfer;

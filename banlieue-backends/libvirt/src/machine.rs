@@ -7,8 +7,7 @@ use banlieue_sdk::api::common::{DiskProvisioning, PowerState};
 use banlieue_sdk::api::infra::libvirt::LibvirtMachineSpec;
 use banlieue_sdk::api::infra::{MachineAddress, MachineAddressType};
 use banlieue_sdk::backend::{
-    BackendError, Deletion, MachineIdentity, MachineObservation, MachineRequest, MachineSpec,
-    Pending,
+    BackendError, Deletion, MachineIdentity, MachineObservation, MachineRequest, Pending,
 };
 use virt::connect::Connect;
 use virt::domain::{Domain, DomainState};
@@ -60,16 +59,7 @@ pub(crate) fn check_uid(uid: &str) -> Result<(), BackendError> {
 }
 
 pub(crate) fn spec_of(request: &MachineRequest) -> Result<&LibvirtMachineSpec, BackendError> {
-    match &request.spec {
-        MachineSpec::Libvirt(spec) => Ok(spec),
-        other => Err(BackendError::terminal(
-            "WrongMachineKind",
-            format!(
-                "the libvirt backend builds LibvirtMachines, not {}",
-                other.kind()
-            ),
-        )),
-    }
+    request.spec_as::<LibvirtMachineSpec>()
 }
 
 pub(crate) fn find(conn: &Connect, uid: &str) -> Result<Option<Domain>, BackendError> {

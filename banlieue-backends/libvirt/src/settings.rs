@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use banlieue_kit::settings::{Settings, Zero};
 use banlieue_sdk::backend::BackendError;
-use banlieue_sdk::duration::parse_or_seconds;
 
 /// Which `<domain type>` to define.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,13 +59,13 @@ impl LibvirtSettings {
     /// this backend does not know are ignored (the operator reads some itself).
     pub fn parse(settings: &BTreeMap<String, String>) -> Result<Self, BackendError> {
         let mut parsed = Self::default();
-        let mut bad = Vec::new();
+        let mut read = Settings::new(settings);
         if let Some(v) = settings.get("domainType") {
             match v.as_str() {
                 "auto" => parsed.domain_type = DomainTypeSetting::Auto,
                 "kvm" => parsed.domain_type = DomainTypeSetting::Kvm,
                 "qemu" => parsed.domain_type = DomainTypeSetting::Qemu,
-                _ => bad.push(format!("domainType {v:?} is not one of auto, kvm, qemu")),
+                _ => read.bad(format!("domainType {v:?} is not one of auto, kvm, qemu")),
             }
         }
         if let Some(v) = settings.get("machine") {
@@ -74,29 +74,25 @@ impl LibvirtSettings {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
             {
-                bad.push(format!(
+                read.bad(format!(
                     "machine {v:?} is not a QEMU machine type such as pc or q35"
                 ));
             } else {
                 parsed.machine = Some(v.clone());
             }
         }
-        for (key, target, max) in [
-            ("shutdownTimeout", &mut parsed.shutdown_timeout, 3600),
-            ("pollInterval", &mut parsed.poll_interval, 300),
-        ] {
-            if let Some(v) = settings.get(key) {
-                match parse_or_seconds(v)
-                    .ok()
-                    .filter(|d| !d.is_zero() && *d <= Duration::from_secs(max))
-                {
-                    Some(d) => *target = d,
-                    None => bad.push(format!(
-                        "{key} {v:?} is not a duration from 1ms to {max}s (e.g. 500ms, 30s)"
-                    )),
-                }
-            }
-        }
+        read.duration(
+            "shutdownTimeout",
+            Zero::Refused,
+            3600,
+            &mut parsed.shutdown_timeout,
+        );
+        read.duration(
+            "pollInterval",
+            Zero::Refused,
+            300,
+            &mut parsed.poll_interval,
+        );
         if let Some(v) = settings.get("failureDomain") {
             parsed.failure_domain = Some(v.clone()).filter(|v| !v.is_empty());
         }
@@ -108,18 +104,9 @@ impl LibvirtSettings {
                 .map(String::from)
                 .collect();
         }
-        if let Some(v) = settings.get("waitForAddress") {
-            match v.as_str() {
-                "true" => parsed.wait_for_address = true,
-                "false" => parsed.wait_for_address = false,
-                _ => bad.push(format!("waitForAddress {v:?} is not true or false")),
-            }
-        }
-        if bad.is_empty() {
-            Ok(parsed)
-        } else {
-            Err(BackendError::terminal("InvalidSettings", bad.join("; ")))
-        }
+        read.flag("waitForAddress", &mut parsed.wait_for_address);
+        read.finish()?;
+        Ok(parsed)
     }
 }
 

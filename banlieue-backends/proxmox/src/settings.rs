@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use banlieue_kit::settings::{Settings, Zero};
 use banlieue_sdk::backend::BackendError;
-use banlieue_sdk::duration::parse_or_seconds;
 
 /// Parsed settings (see the crate docs for the table).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,33 +46,23 @@ impl ProxmoxSettings {
     /// this backend does not know are ignored (the operator reads some itself).
     pub fn parse(settings: &BTreeMap<String, String>) -> Result<Self, BackendError> {
         let mut parsed = Self::default();
-        let mut bad = Vec::new();
-        if let Some(v) = settings.get("taskPollInterval") {
-            match parse_or_seconds(v)
-                .ok()
-                .filter(|d| !d.is_zero() && *d <= Duration::from_secs(300))
-            {
-                Some(d) => parsed.task_poll_interval = d,
-                None => bad.push(format!(
-                    "taskPollInterval {v:?} is not a duration from 1ms to 300s (e.g. 500ms, 2s)"
-                )),
-            }
-        }
-        if let Some(v) = settings.get("failedCloneBackoff") {
-            match parse_or_seconds(v)
-                .ok()
-                .filter(|d| *d <= Duration::from_secs(3600))
-            {
-                Some(d) => parsed.failed_clone_backoff = d,
-                None => bad.push(format!(
-                    "failedCloneBackoff {v:?} is not a duration up to 3600s (e.g. 30s)"
-                )),
-            }
-        }
+        let mut read = Settings::new(settings);
+        read.duration(
+            "taskPollInterval",
+            Zero::Refused,
+            300,
+            &mut parsed.task_poll_interval,
+        );
+        read.duration(
+            "failedCloneBackoff",
+            Zero::Allowed,
+            3600,
+            &mut parsed.failed_clone_backoff,
+        );
         if let Some(v) = settings.get("shutdownTimeout") {
             match v.trim().trim_end_matches('s').parse() {
                 Ok(n) => parsed.shutdown_timeout = n,
-                Err(_) => bad.push(format!("shutdownTimeout {v:?} is not a number of seconds")),
+                Err(_) => read.bad(format!("shutdownTimeout {v:?} is not a number of seconds")),
             }
         }
         parsed.cluster = settings.get("cluster").cloned().filter(|c| !c.is_empty());
@@ -86,15 +76,12 @@ impl ProxmoxSettings {
                     Ok(1..=4094) => {
                         parsed.vlans.insert(tag.to_string());
                     }
-                    _ => bad.push(format!("vlans: {tag:?} is not a VLAN tag from 1 to 4094")),
+                    _ => read.bad(format!("vlans: {tag:?} is not a VLAN tag from 1 to 4094")),
                 }
             }
         }
-        if bad.is_empty() {
-            Ok(parsed)
-        } else {
-            Err(BackendError::terminal("InvalidSettings", bad.join("; ")))
-        }
+        read.finish()?;
+        Ok(parsed)
     }
 }
 

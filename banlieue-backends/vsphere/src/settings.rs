@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use banlieue_kit::settings::{Settings, Zero};
 use banlieue_sdk::backend::BackendError;
-use banlieue_sdk::duration::parse_or_seconds;
 
 /// Parsed settings (see the crate docs for the table).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,49 +43,32 @@ impl VSphereSettings {
     /// this backend does not know are ignored (the operator reads some itself).
     pub fn parse(settings: &BTreeMap<String, String>) -> Result<Self, BackendError> {
         let mut parsed = Self::default();
-        let mut bad = Vec::new();
-        let mut dur = |key: &str, max: u64, slot: &mut Duration, zero_ok: bool| {
-            if let Some(v) = settings.get(key) {
-                match parse_or_seconds(v)
-                    .ok()
-                    .filter(|d| (zero_ok || !d.is_zero()) && *d <= Duration::from_secs(max))
-                {
-                    Some(d) => *slot = d,
-                    None => bad.push(format!(
-                        "{key} {v:?} is not a duration up to {max}s (e.g. 500ms, 30s)"
-                    )),
-                }
-            }
-        };
-        dur(
+        let mut read = Settings::new(settings);
+        read.duration(
             "taskPollInterval",
+            Zero::Refused,
             300,
             &mut parsed.task_poll_interval,
-            false,
         );
-        dur("shutdownTimeout", 3600, &mut parsed.shutdown_timeout, true);
-        dur(
+        read.duration(
+            "shutdownTimeout",
+            Zero::Allowed,
+            3600,
+            &mut parsed.shutdown_timeout,
+        );
+        read.duration(
             "failedCloneBackoff",
+            Zero::Allowed,
             3600,
             &mut parsed.failed_clone_backoff,
-            true,
         );
-        if let Some(v) = settings.get("waitForAddress") {
-            match v.trim() {
-                "true" => parsed.wait_for_address = true,
-                "false" => parsed.wait_for_address = false,
-                _ => bad.push(format!("waitForAddress {v:?} is not true or false")),
-            }
-        }
+        read.flag("waitForAddress", &mut parsed.wait_for_address);
         parsed.datacenter = settings
             .get("datacenter")
             .cloned()
             .filter(|c| !c.is_empty());
-        if bad.is_empty() {
-            Ok(parsed)
-        } else {
-            Err(BackendError::terminal("InvalidSettings", bad.join("; ")))
-        }
+        read.finish()?;
+        Ok(parsed)
     }
 }
 

@@ -11,7 +11,7 @@ use crate::api::infra::{
 };
 use crate::api::vm_image::ImageSources;
 
-use super::SecretValue;
+use super::{BackendError, SecretValue};
 
 /// Everything needed to talk to one Provider, resolved from its spec, Secret and CA
 /// bundle. Two equal connections may share a backend session.
@@ -225,6 +225,56 @@ impl MachineRequest {
     pub fn instance_id(&self) -> &str {
         self.instance_id.as_deref().unwrap_or(&self.identity.uid)
     }
+
+    /// The spec as the kind this backend serves, or a terminal
+    /// `UnsupportedMachineKind` naming both kinds.
+    ///
+    /// ```
+    /// # use banlieue_sdk::api::infra::libvirt::LibvirtMachineSpec;
+    /// # use banlieue_sdk::backend::MachineRequest;
+    /// fn spec(request: &MachineRequest) -> Result<&LibvirtMachineSpec, banlieue_sdk::backend::BackendError> {
+    ///     request.spec_as::<LibvirtMachineSpec>()
+    /// }
+    /// ```
+    pub fn spec_as<S: KindSpec>(&self) -> Result<&S, BackendError> {
+        S::of(&self.spec).ok_or_else(|| {
+            BackendError::terminal(
+                "UnsupportedMachineKind",
+                format!("this backend serves {}s, not {}", S::KIND, self.spec.kind()),
+            )
+        })
+    }
+}
+
+/// A machine kind's spec type, as [`MachineSpec`] carries it: what
+/// [`MachineRequest::spec_as`] unwraps.
+pub trait KindSpec: Sized {
+    /// The infrastructure kind, e.g. `VSphereMachine`.
+    const KIND: &'static str;
+    /// The spec, when `spec` is of this kind.
+    fn of(spec: &MachineSpec) -> Option<&Self>;
+}
+
+macro_rules! kind_spec {
+    ($($variant:ident => $spec:ty, $kind:literal;)*) => {$(
+        impl KindSpec for $spec {
+            const KIND: &'static str = $kind;
+            fn of(spec: &MachineSpec) -> Option<&Self> {
+                match spec {
+                    MachineSpec::$variant(spec) => Some(spec),
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+kind_spec! {
+    VSphere => VSphereMachineSpec, "VSphereMachine";
+    Proxmox => ProxmoxMachineSpec, "ProxmoxMachine";
+    Libvirt => LibvirtMachineSpec, "LibvirtMachine";
+    CloudHypervisor => CloudHypervisorMachineSpec, "CloudHypervisorMachine";
 }
 
 /// What a backend observed about a machine.

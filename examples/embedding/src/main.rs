@@ -3,12 +3,17 @@
 //! It runs banlieue's controllers (Provider, VirtualMachine, the infrastructure
 //! machines, VMImage) in its own process, next to a controller of its own, and serves
 //! `libvirt`-class Providers with a backend it brings itself (`lab::Lab`, an in-memory
-//! stand-in for, say, a company-internal VM API). Nothing here is banlieue-specific
-//! plumbing: the SDK's `Backend` trait, `BackendRegistry` and `controllers::run` are
-//! the whole interface.
+//! stand-in for, say, a company-internal VM API). The process around the controllers
+//! is `banlieue-runtime`'s, as in `banlieue run`: leader election on a Lease (run two
+//! replicas; one reconciles, the other stands by and takes over), `/healthz` and
+//! `/readyz` probes, and a graceful shutdown on SIGTERM that drains in-flight
+//! reconciles and releases the Lease.
 //!
 //! Run it against any cluster with banlieue's CRDs installed:
-//! `cargo run -p banlieue-example-embedding` (uses your kubeconfig).
+//! `cargo run -p banlieue-example-embedding` (uses your kubeconfig). The environment
+//! tunes it: `HEALTH_ADDR` (e.g. `127.0.0.1:8081`; unset, no probe server),
+//! `LEASE_NAMESPACE` (default `default`), and `LEASE_DURATION`, `RENEW_DEADLINE`,
+//! `RETRY_PERIOD` (default `15s`, `10s`, `2s`).
 
 mod lab;
 
@@ -17,34 +22,51 @@ use std::sync::Arc;
 use banlieue_sdk::api::VirtualMachine;
 use banlieue_sdk::api::common::ProviderClass;
 use banlieue_sdk::backend::BackendRegistry;
-use banlieue_sdk::controllers::{self, Metrics, Readiness, Settings};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use banlieue_runtime::RunConfig;
+use banlieue_runtime::client::{ClientConfig, DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS};
+use banlieue_runtime::leader::LeaderConfig;
+use banlieue_sdk::controllers::Settings;
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let client = Client::try_default().await?;
-
     // 1. Your backend, for the Provider class you choose.
     let mut registry = BackendRegistry::default();
     registry.register(ProviderClass::Libvirt, Arc::new(lab::LabFactory::default()));
 
-    // 2. banlieue's controllers, with your settings and your metrics registry.
-    let mut prometheus = prometheus_registry();
-    let metrics = Arc::new(Metrics::new(&mut prometheus));
-    let banlieue = controllers::run(
-        client.clone(),
-        registry,
-        Settings::default(),
-        metrics,
-        Readiness::default(),
-        async {
-            let _ = tokio::signal::ctrl_c().await;
+    // 2. banlieue's controllers in banlieue's process: one leader among the replicas,
+    //    probes, graceful shutdown.
+    let config = RunConfig {
+        client: ClientConfig {
+            kubeconfig: None,
+            qps: DEFAULT_KUBE_API_QPS,
+            burst: DEFAULT_KUBE_API_BURST,
         },
-    );
+        health_addr: env("HEALTH_ADDR")
+            .map(|a| a.parse())
+            .transpose()
+            .context("HEALTH_ADDR")?,
+        diagnostics_addr: None,
+        insecure_diagnostics: false,
+        leader: Some(LeaderConfig {
+            lease_name: "banlieue-example-embedding".into(),
+            namespace: env("LEASE_NAMESPACE").unwrap_or_else(|| "default".into()),
+            lease_duration: duration("LEASE_DURATION", "15s")?,
+            renew_deadline: duration("RENEW_DEADLINE", "10s")?,
+            retry_period: duration("RETRY_PERIOD", "2s")?,
+        }),
+        shutdown_timeout: Duration::from_secs(10),
+        settings: Settings::default(),
+    };
+    let banlieue = banlieue_runtime::run(config, registry);
 
     // 3. A controller of your own, side by side: here it just reports VMs turning Ready.
+    let client = Client::try_default().await?;
     let yours = watcher(
         Api::<VirtualMachine>::all(client),
         watcher::Config::default(),
@@ -58,12 +80,16 @@ async fn main() -> anyhow::Result<()> {
     });
 
     tokio::select! {
-        () = banlieue => {},
-        () = yours => {},
+        result = banlieue => result,
+        () = yours => Ok(()),
     }
-    Ok(())
 }
 
-fn prometheus_registry() -> banlieue_sdk::controllers::PrometheusRegistry {
-    banlieue_sdk::controllers::PrometheusRegistry::default()
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn duration(name: &str, default: &str) -> anyhow::Result<Duration> {
+    let text = env(name).unwrap_or_else(|| default.into());
+    banlieue_sdk::duration::parse(&text).with_context(|| format!("{name} {text:?}"))
 }

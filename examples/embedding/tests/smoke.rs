@@ -149,3 +149,133 @@ async fn the_embedding_example_brings_a_virtual_machine_to_ready() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// `GET path` on a probe server: (status code, body).
+fn probe(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let code = answer.split_whitespace().nth(1)?.parse().ok()?;
+    let body = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    Some((code, body))
+}
+
+fn free_port() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address")
+}
+
+/// A replica of the example with its probe server on `health`, electing on a Lease in
+/// `namespace` with short timings.
+fn replica(health: std::net::SocketAddr, namespace: &str) -> Example {
+    let child = Command::new(env!("CARGO_BIN_EXE_banlieue-example-embedding"))
+        .env("KUBECONFIG", banlieue_testenv::kubeconfig_path())
+        .env("HEALTH_ADDR", health.to_string())
+        .env("LEASE_NAMESPACE", namespace)
+        .env("LEASE_DURATION", "6s")
+        .env("RENEW_DEADLINE", "4s")
+        .env("RETRY_PERIOD", "1s")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start a replica");
+    Example(child)
+}
+
+/// Waits until exactly one of the replicas answers `/readyz` as the leader (`ok`)
+/// and every other as a standby; returns the leader's index.
+async fn one_leader(replicas: &[std::net::SocketAddr]) -> usize {
+    let started = Instant::now();
+    loop {
+        let answers: Vec<_> = replicas.iter().map(|a| probe(*a, "/readyz")).collect();
+        let leaders: Vec<usize> = answers
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| matches!(a, Some((200, body)) if body == "ok"))
+            .map(|(i, _)| i)
+            .collect();
+        let standbys = answers
+            .iter()
+            .filter(|a| matches!(a, Some((200, body)) if body.starts_with("standby")))
+            .count();
+        if leaders.len() == 1 && leaders.len() + standbys == replicas.len() {
+            return leaders[0];
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "no single leader after {WAIT:?}: /readyz answered {answers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_elect_one_leader_serve_probes_and_fail_over_on_sigterm() {
+    let ns = banlieue_testenv::namespace("embedding-ha").await;
+    let addrs = [free_port(), free_port()];
+    let mut replicas = vec![
+        Some(replica(addrs[0], &ns.name)),
+        Some(replica(addrs[1], &ns.name)),
+    ];
+
+    let leader = one_leader(&addrs).await;
+    for addr in addrs {
+        assert_eq!(
+            probe(addr, "/healthz"),
+            Some((200, "ok".to_string())),
+            "{addr}"
+        );
+    }
+    let lease =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(ns.client.clone(), &ns.name)
+            .get("banlieue-example-embedding")
+            .await
+            .expect("the replicas' Lease");
+    let first_holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .expect("the Lease has a holder");
+
+    // SIGTERM: the leader drains, releases the Lease and exits 0; the standby takes
+    // over well before the Lease would have expired.
+    let mut stopped = replicas[leader].take().expect("the leader");
+    let pid = stopped.0.id().to_string();
+    let sent = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = stopped.0.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "the leader did not stop on SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "a graceful stop exits 0: {status}");
+
+    let other = 1 - leader;
+    assert_eq!(one_leader(&addrs[other..=other]).await, 0);
+    let lease =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(ns.client.clone(), &ns.name)
+            .get("banlieue-example-embedding")
+            .await
+            .expect("the Lease");
+    let holder = lease.spec.and_then(|s| s.holder_identity);
+    assert!(
+        holder.as_ref().is_some_and(|h| *h != first_holder),
+        "the standby holds the Lease now: {holder:?} (was {first_holder})"
+    );
+    drop(replicas);
+}

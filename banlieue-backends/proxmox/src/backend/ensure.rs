@@ -34,20 +34,17 @@ impl ProxmoxBackend {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    self.failed_clones()
-                        .insert(identity.uid.clone(), (e.clone(), Instant::now()));
+                    self.failed_clones.record(&identity.uid, &e);
                     return Err(e);
                 }
             }
             // A failed clone is reported for a while before the next attempt.
-            let backoff = self.settings.failed_clone_backoff;
-            let failed = self.failed_clones().get(&identity.uid).cloned();
-            if let Some((error, at)) = failed
-                && at.elapsed() < backoff
+            if let Some(error) = self
+                .failed_clones
+                .still_failing(&identity.uid, self.settings.failed_clone_backoff)
             {
-                return Err(error.retry_after(backoff.saturating_sub(at.elapsed())));
+                return Err(error);
             }
-            self.failed_clones().remove(&identity.uid);
             return self.start_clone(request, spec, &resources).await;
         };
         let backend_ref = Some(format!("{}/{}", found.node, found.vmid));
@@ -58,7 +55,7 @@ impl ProxmoxBackend {
             ..Default::default()
         };
         if found.lock.as_deref() == Some("clone") {
-            let task = self.ops().get(&identity.uid).map(|o| o.upid.clone());
+            let task = self.tasks.get(&identity.uid).map(|(_, upid)| upid);
             return Ok(observation(Some(
                 self.pending(OpKind::Clone, task.as_ref()),
             )));

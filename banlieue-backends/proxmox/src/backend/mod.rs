@@ -9,17 +9,18 @@ mod observe;
 mod ops;
 mod seed_volume;
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
+use banlieue_kit::tasks::{FailureBook, TaskBook, TaskKind};
 use banlieue_sdk::api::common::PowerState;
 use banlieue_sdk::api::infra::proxmox::ProxmoxMachineSpec;
 use banlieue_sdk::api::infra::{MachineAddress, MachineAddressType};
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, BackendFactory, Connection, Deletion, ImageLookup, ImageSourceSet,
-    Inventory, MachineIdentity, MachineObservation, MachineRequest, MachineSpec, Pending,
+    Inventory, MachineIdentity, MachineObservation, MachineRequest, Pending,
 };
 use serde_json::Value;
 use tracing::{debug, info};
@@ -84,7 +85,7 @@ enum OpKind {
     DeleteSeed,
 }
 
-impl OpKind {
+impl TaskKind for OpKind {
     fn operation(self) -> &'static str {
         match self {
             Self::Clone => "Cloning",
@@ -116,12 +117,6 @@ impl OpKind {
     }
 }
 
-#[derive(Clone, Debug)]
-struct Op {
-    kind: OpKind,
-    upid: Upid,
-}
-
 /// A VM found by its UID.
 #[derive(Clone, Debug)]
 struct Found {
@@ -142,8 +137,8 @@ struct Found {
 pub struct ProxmoxBackend {
     client: PveClient,
     settings: ProxmoxSettings,
-    ops: Mutex<HashMap<String, Op>>,
-    failed_clones: Mutex<HashMap<String, (BackendError, Instant)>>,
+    tasks: TaskBook<OpKind, Upid>,
+    failed_clones: FailureBook,
     allocation: tokio::sync::Mutex<()>,
 }
 
@@ -176,8 +171,8 @@ impl ProxmoxBackend {
         Ok(Self {
             settings: ProxmoxSettings::parse(&connection.settings)?,
             client: PveClient::new(connection)?,
-            ops: Mutex::new(HashMap::new()),
-            failed_clones: Mutex::new(HashMap::new()),
+            tasks: TaskBook::new(),
+            failed_clones: FailureBook::new(),
             allocation: tokio::sync::Mutex::new(()),
         })
     }
@@ -192,36 +187,17 @@ impl ProxmoxBackend {
         &self.settings
     }
 
-    fn ops(&self) -> std::sync::MutexGuard<'_, HashMap<String, Op>> {
-        self.ops.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn failed_clones(&self) -> std::sync::MutexGuard<'_, HashMap<String, (BackendError, Instant)>> {
-        self.failed_clones
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn pending(&self, kind: OpKind, upid: Option<&Upid>) -> Pending {
-        Pending {
-            operation: kind.operation().to_string(),
-            task: upid.map(|u| u.raw.clone()),
-            retry_after: self.settings.task_poll_interval,
-        }
+        banlieue_kit::tasks::pending(
+            kind,
+            upid.map(|u| u.raw.clone()),
+            self.settings.task_poll_interval,
+        )
     }
 }
 
 fn spec_of(request: &MachineRequest) -> Result<&ProxmoxMachineSpec, BackendError> {
-    match &request.spec {
-        MachineSpec::Proxmox(spec) => Ok(spec),
-        other => Err(BackendError::terminal(
-            "UnsupportedMachineKind",
-            format!(
-                "a proxmox Provider serves ProxmoxMachines, not {}",
-                other.kind()
-            ),
-        )),
-    }
+    request.spec_as::<ProxmoxMachineSpec>()
 }
 
 fn power_of(status: &Value) -> PowerState {

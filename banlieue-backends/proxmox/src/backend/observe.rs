@@ -29,9 +29,9 @@ impl ProxmoxBackend {
             Vec::new()
         };
         let pending = self
-            .ops()
+            .tasks
             .get(&identity.uid)
-            .map(|op| self.pending(op.kind, Some(&op.upid)));
+            .map(|(kind, upid)| self.pending(kind, Some(&upid)));
         Ok(Some(MachineObservation {
             provider_id: config::smbios_uuid(&current).map(|u| format!("proxmox://{u}")),
             power_state: Some(power),

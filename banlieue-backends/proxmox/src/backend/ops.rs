@@ -6,25 +6,25 @@ impl ProxmoxBackend {
     /// Polls the task in flight for `uid`, if any: `Some(kind)` while it runs; a
     /// failed task is forgotten and returned as an error.
     pub(super) async fn poll(&self, uid: &str) -> Result<Option<(OpKind, Upid)>, BackendError> {
-        let Some(op) = self.ops().get(uid).cloned() else {
+        let Some((kind, upid)) = self.tasks.get(uid) else {
             return Ok(None);
         };
-        match task_state(&self.client, &op.upid).await {
-            Ok(TaskState::Running) => Ok(Some((op.kind, op.upid))),
+        match task_state(&self.client, &upid).await {
+            Ok(TaskState::Running) => Ok(Some((kind, upid))),
             Ok(TaskState::Succeeded) => {
-                self.ops().remove(uid);
+                self.tasks.forget(uid);
                 Ok(None)
             }
             Ok(TaskState::Failed(exit)) => {
-                self.ops().remove(uid);
-                info!(uid, task = %op.upid.raw, exit, "proxmox: task failed");
-                let message = format!("task {} failed: {exit}", op.upid.raw);
+                self.tasks.forget(uid);
+                info!(uid, task = %upid.raw, exit, "proxmox: task failed");
+                let message = format!("task {} failed: {exit}", upid.raw);
                 Err(if is_lock_message(&exit) {
                     BackendError::transient("VMLocked", message)
-                } else if matches!(op.kind, OpKind::Clone | OpKind::Resize | OpKind::Start) {
-                    BackendError::terminal(op.kind.failure_reason(), message)
+                } else if matches!(kind, OpKind::Clone | OpKind::Resize | OpKind::Start) {
+                    BackendError::terminal(kind.failure_reason(), message)
                 } else {
-                    BackendError::transient(op.kind.failure_reason(), message)
+                    BackendError::transient(kind.failure_reason(), message)
                 })
             }
             // PVE forgets tasks after a restart of pvedaemon: nothing left to wait for.
@@ -32,7 +32,7 @@ impl ProxmoxBackend {
                 if e.status() == Some(500)
                     && e.message().contains("unable to parse worker upid") =>
             {
-                self.ops().remove(uid);
+                self.tasks.forget(uid);
                 Ok(None)
             }
             Err(e) => Err(pve(e)),
@@ -47,13 +47,7 @@ impl ProxmoxBackend {
     ) -> Result<Upid, BackendError> {
         let upid = upid_of(data).map_err(pve)?;
         debug!(uid, task = %upid.raw, operation = kind.operation(), "proxmox: task started");
-        self.ops().insert(
-            uid.to_string(),
-            Op {
-                kind,
-                upid: upid.clone(),
-            },
-        );
+        self.tasks.remember(uid, kind, upid.clone());
         Ok(upid)
     }
 }

@@ -5,7 +5,6 @@
 mod envelope;
 mod form;
 mod multipart;
-mod tls;
 
 use std::time::{Duration, Instant};
 
@@ -71,19 +70,7 @@ impl std::fmt::Debug for PveClient {
 
 /// `https://host:8006`, `https://host:8006/`, `https://host:8006/api2/json` → `https://host:8006`.
 pub fn normalize_endpoint(endpoint: &str) -> Result<String, BackendError> {
-    let trimmed = endpoint.trim().trim_end_matches('/');
-    let trimmed = trimmed.strip_suffix("/api2/json").unwrap_or(trimmed);
-    if !(trimmed.starts_with("https://") || trimmed.starts_with("http://"))
-        || trimmed.len() <= "https://".len()
-    {
-        return Err(BackendError::terminal(
-            "InvalidEndpoint",
-            format!(
-                "connection.endpoint {endpoint:?} is not a URL such as https://pve.example:8006"
-            ),
-        ));
-    }
-    Ok(trimmed.to_string())
+    banlieue_kit::endpoint::base_url(endpoint, "/api2/json", "https://pve.example:8006")
 }
 
 impl PveClient {
@@ -111,7 +98,7 @@ impl PveClient {
                  or username and password",
             ));
         };
-        let tls = tls::client_config(connection)?;
+        let tls = banlieue_kit::tls::client_config(connection)?;
         let http = reqwest::Client::builder()
             .use_preconfigured_tls(tls)
             .timeout(REQUEST_TIMEOUT)

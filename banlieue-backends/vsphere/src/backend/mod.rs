@@ -14,14 +14,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use banlieue_kit::tasks::{FailureBook, TaskBook, TaskKind};
 use banlieue_sdk::api::common::PowerState;
 use banlieue_sdk::api::infra::vsphere::VSphereMachineSpec;
 use banlieue_sdk::api::infra::{MachineAddress, MachineAddressType};
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, BackendFactory, Connection, Deletion, DiskTransfer, ImageLookup,
-    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest, MachineSpec,
-    Pending,
+    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest, Pending,
 };
 use tracing::{debug, info};
 
@@ -73,7 +73,7 @@ enum OpKind {
     Destroy,
 }
 
-impl OpKind {
+impl TaskKind for OpKind {
     fn operation(self) -> &'static str {
         match self {
             Self::Clone => "Cloning",
@@ -84,18 +84,6 @@ impl OpKind {
             Self::PowerOff => "PoweringOff",
             Self::Suspend => "Suspending",
             Self::Destroy => "Deleting",
-        }
-    }
-
-    fn method(self) -> &'static str {
-        match self {
-            Self::Clone => "CloneVM_Task",
-            Self::Create => "CreateVM_Task",
-            Self::Configure | Self::Adopt => "ReconfigVM_Task",
-            Self::PowerOn => "PowerOnVM_Task",
-            Self::PowerOff => "PowerOffVM_Task",
-            Self::Suspend => "SuspendVM_Task",
-            Self::Destroy => "Destroy_Task",
         }
     }
 
@@ -113,10 +101,18 @@ impl OpKind {
     }
 }
 
-#[derive(Clone, Debug)]
-struct Op {
-    kind: OpKind,
-    task: MoRef,
+impl OpKind {
+    fn method(self) -> &'static str {
+        match self {
+            Self::Clone => "CloneVM_Task",
+            Self::Create => "CreateVM_Task",
+            Self::Configure | Self::Adopt => "ReconfigVM_Task",
+            Self::PowerOn => "PowerOnVM_Task",
+            Self::PowerOff => "PowerOffVM_Task",
+            Self::Suspend => "SuspendVM_Task",
+            Self::Destroy => "Destroy_Task",
+        }
+    }
 }
 
 /// A backend connected to one vCenter. Made by [`VSphereFactory`]; safe to call from
@@ -129,9 +125,9 @@ struct Op {
 pub struct VSphereBackend {
     client: VimClient,
     settings: VSphereSettings,
-    ops: Mutex<HashMap<String, Op>>,
+    tasks: TaskBook<OpKind, MoRef>,
     shutdowns: Mutex<HashMap<String, Instant>>,
-    failed_clones: Mutex<HashMap<String, (BackendError, Instant)>>,
+    failed_clones: FailureBook,
     topology: tokio::sync::Mutex<Option<(Arc<Topology>, Instant)>>,
 }
 
@@ -164,16 +160,7 @@ fn is_uuid(s: &str) -> bool {
 }
 
 fn spec_of(request: &MachineRequest) -> Result<&VSphereMachineSpec, BackendError> {
-    match &request.spec {
-        MachineSpec::VSphere(spec) => Ok(spec),
-        other => Err(BackendError::terminal(
-            "UnsupportedMachineKind",
-            format!(
-                "a vsphere Provider serves VSphereMachines, not {}",
-                other.kind()
-            ),
-        )),
-    }
+    request.spec_as::<VSphereMachineSpec>()
 }
 
 fn check_uid(identity: &MachineIdentity) -> Result<(), BackendError> {
@@ -196,9 +183,9 @@ impl VSphereBackend {
         Ok(Self {
             settings: VSphereSettings::parse(&connection.settings)?,
             client: VimClient::new(connection)?,
-            ops: Mutex::new(HashMap::new()),
+            tasks: TaskBook::new(),
             shutdowns: Mutex::new(HashMap::new()),
-            failed_clones: Mutex::new(HashMap::new()),
+            failed_clones: FailureBook::new(),
             topology: tokio::sync::Mutex::new(None),
         })
     }
@@ -214,11 +201,11 @@ impl VSphereBackend {
     }
 
     fn pending(&self, kind: OpKind, task: Option<&MoRef>) -> Pending {
-        Pending {
-            operation: kind.operation().to_string(),
-            task: task.map(|t| t.value.clone()),
-            retry_after: self.settings.task_poll_interval,
-        }
+        banlieue_kit::tasks::pending(
+            kind,
+            task.map(|t| t.value.clone()),
+            self.settings.task_poll_interval,
+        )
     }
 
     async fn topology(&self, fresh: bool) -> Result<Arc<Topology>, BackendError> {
@@ -264,20 +251,20 @@ impl VSphereBackend {
     /// Polls the task in flight for `uid`: `Some` while it runs; a finished task is
     /// forgotten, a failed one returned as an error with vSphere's message.
     async fn poll(&self, uid: &str) -> Result<Option<(OpKind, MoRef)>, BackendError> {
-        let Some(op) = lock(&self.ops).get(uid).cloned() else {
+        let Some((kind, task)) = self.tasks.get(uid) else {
             return Ok(None);
         };
-        match self.client.task_state(&op.task).await.map_err(vim)? {
-            Some(TaskState::Running) => Ok(Some((op.kind, op.task))),
+        match self.client.task_state(&task).await.map_err(vim)? {
+            Some(TaskState::Running) => Ok(Some((kind, task))),
             Some(TaskState::Succeeded(_)) | None => {
-                lock(&self.ops).remove(uid);
+                self.tasks.forget(uid);
                 Ok(None)
             }
             Some(TaskState::Failed(fault)) => {
-                lock(&self.ops).remove(uid);
-                info!(uid, task = %op.task, %fault, "vsphere: task failed");
-                let message = format!("{} failed: {fault}", op.kind.method());
-                Err(match (op.kind, fault.kind.as_str()) {
+                self.tasks.forget(uid);
+                info!(uid, task = %task, %fault, "vsphere: task failed");
+                let message = format!("{} failed: {fault}", kind.method());
+                Err(match (kind, fault.kind.as_str()) {
                     // Someone else's lock or a concurrent change: try again.
                     (_, "TaskInProgress" | "ConcurrentAccess" | "InvalidState") => {
                         BackendError::transient("Busy", message)
@@ -286,12 +273,12 @@ impl VSphereBackend {
                     // (or, creating, the .vmx) taken.
                     (OpKind::Clone, "DuplicateName")
                     | (OpKind::Create, "DuplicateName" | "FileAlreadyExists") => {
-                        BackendError::transient(op.kind.failure_reason(), message)
+                        BackendError::transient(kind.failure_reason(), message)
                     }
                     (OpKind::Clone | OpKind::Create | OpKind::Configure | OpKind::PowerOn, _) => {
-                        BackendError::terminal(op.kind.failure_reason(), message)
+                        BackendError::terminal(kind.failure_reason(), message)
                     }
-                    _ => BackendError::transient(op.kind.failure_reason(), message),
+                    _ => BackendError::transient(kind.failure_reason(), message),
                 })
             }
         }
@@ -300,13 +287,7 @@ impl VSphereBackend {
     async fn start(&self, uid: &str, kind: OpKind, body: &str) -> Result<MoRef, BackendError> {
         let task = self.client.start_task(body).await.map_err(vim)?;
         debug!(uid, task = %task, operation = kind.operation(), "vsphere: task started");
-        lock(&self.ops).insert(
-            uid.to_string(),
-            Op {
-                kind,
-                task: task.clone(),
-            },
-        );
+        self.tasks.remember(uid, kind, task.clone());
         Ok(task)
     }
 
@@ -389,7 +370,7 @@ impl Backend for VSphereBackend {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    lock(&self.failed_clones).insert(uid.clone(), (e.clone(), Instant::now()));
+                    self.failed_clones.record(uid, &e);
                     return Err(e);
                 }
             }
@@ -405,14 +386,12 @@ impl Backend for VSphereBackend {
                 ));
             }
             // A failed clone is reported for a while before the next attempt.
-            let backoff = self.settings.failed_clone_backoff;
-            let failed = lock(&self.failed_clones).get(uid).cloned();
-            if let Some((error, at)) = failed
-                && at.elapsed() < backoff
+            if let Some(error) = self
+                .failed_clones
+                .still_failing(uid, self.settings.failed_clone_backoff)
             {
-                return Err(error.retry_after(backoff.saturating_sub(at.elapsed())));
+                return Err(error);
             }
-            lock(&self.failed_clones).remove(uid);
             // Disks copied from another machine: created on them, never cloned.
             return if request.disks_imported {
                 self.start_create(request, spec).await
@@ -512,9 +491,10 @@ impl Backend for VSphereBackend {
         let Some(vm) = self.find(identity).await? else {
             return Ok(None);
         };
-        let pending = lock(&self.ops)
+        let pending = self
+            .tasks
             .get(&identity.uid)
-            .map(|op| self.pending(op.kind, Some(&op.task)));
+            .map(|(kind, task)| self.pending(kind, Some(&task)));
         Ok(Some(self.observation(&vm, pending)))
     }
 
@@ -532,7 +512,7 @@ impl Backend for VSphereBackend {
             Err(e) => return Err(e),
         };
         let Some(vm) = vm else {
-            lock(&self.failed_clones).remove(uid);
+            self.failed_clones.forget(uid);
             return Ok(match running {
                 Some(_) => Deletion::InProgress { retry_after },
                 None => Deletion::Gone,

@@ -6,7 +6,6 @@
 pub mod files;
 pub mod methods;
 pub mod soap;
-mod tls;
 pub mod xml;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -149,19 +148,7 @@ impl std::fmt::Debug for VimClient {
 
 /// `https://vc`, `https://vc/`, `https://vc/sdk` → `https://vc`.
 pub fn normalize_endpoint(endpoint: &str) -> Result<String, BackendError> {
-    let trimmed = endpoint.trim().trim_end_matches('/');
-    let trimmed = trimmed.strip_suffix("/sdk").unwrap_or(trimmed);
-    if !(trimmed.starts_with("https://") || trimmed.starts_with("http://"))
-        || trimmed.len() <= "https://".len()
-    {
-        return Err(BackendError::terminal(
-            "InvalidEndpoint",
-            format!(
-                "connection.endpoint {endpoint:?} is not a URL such as https://vcenter.example.com/sdk"
-            ),
-        ));
-    }
-    Ok(trimmed.to_string())
+    banlieue_kit::endpoint::base_url(endpoint, "/sdk", "https://vcenter.example.com/sdk")
 }
 
 impl VimClient {
@@ -170,7 +157,7 @@ impl VimClient {
         let endpoint = normalize_endpoint(&connection.endpoint)?;
         let username = connection.credential("username")?.expose().to_string();
         let password = connection.credential("password")?.clone();
-        let tls = tls::client_config(connection)?;
+        let tls = banlieue_kit::tls::client_config(connection)?;
         let http = reqwest::Client::builder()
             .use_preconfigured_tls(tls.clone())
             .timeout(REQUEST_TIMEOUT)

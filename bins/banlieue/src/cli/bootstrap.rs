@@ -14,7 +14,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use serde_json::Value;
 
 use crate::install::{self, Options};
-use crate::runtime::client::{self, ClientConfig};
+use banlieue_runtime::client::{self, ClientConfig};
 
 /// The field manager of `bootstrap operator`'s server-side applies.
 pub const FIELD_MANAGER: &str = "banlieue-bootstrap";

@@ -9,10 +9,12 @@ use clap::Args;
 use clap::builder::BoolishValueParser;
 
 use super::values::{BindAddress, parse_bind_address, parse_duration};
-use crate::runtime::client::{ClientConfig, DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS};
-use crate::runtime::leader::LeaderConfig;
-use crate::runtime::logging::{self, LogFormat};
-use crate::runtime::manager::{self, RunConfig};
+use banlieue_runtime::RunConfig;
+use banlieue_runtime::client::{ClientConfig, DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS};
+use banlieue_runtime::leader::LeaderConfig;
+use banlieue_runtime::logging::{self, LogFormat};
+
+use crate::runtime::backends;
 
 /// Namespace of the leader election Lease when neither the flag nor `POD_NAMESPACE` says.
 pub const DEFAULT_LEADER_ELECTION_NAMESPACE: &str = "banlieue-system";
@@ -173,7 +175,13 @@ impl RunCommand {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?;
-        let result = runtime.block_on(manager::run(config));
+        let compiled = backends::compiled();
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            backends = %backends::summary(&compiled),
+            "starting banlieue"
+        );
+        let result = runtime.block_on(banlieue_runtime::run(config, backends::registry()));
         if let Err(error) = &result {
             tracing::error!(error = format!("{error:#}"), "banlieue run failed");
         }

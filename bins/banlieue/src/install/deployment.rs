@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::runtime::client::{DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS};
+use banlieue_runtime::client::{DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS};
 
 use super::{CONTROLLER_NAME, DEPLOYMENT_NAME, Options, PROVIDER, PROVIDER_LABEL, labelled};
 

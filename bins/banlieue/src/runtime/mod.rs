@@ -1,13 +1,3 @@
-//! What `banlieue run` is made of, one job per module.
+//! What `banlieue run` adds to [`banlieue_runtime`]: the backends compiled in.
 
 pub mod backends;
-pub mod client;
-pub mod diagnostics;
-pub mod health;
-mod http;
-pub mod leader;
-pub mod logging;
-pub mod manager;
-pub mod rate_limit;
-pub mod request_metrics;
-pub mod shutdown;

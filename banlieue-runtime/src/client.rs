@@ -11,8 +11,8 @@ use kube::{Client, Config};
 
 use prometheus_client::registry::Registry;
 
-use super::rate_limit::KubeApiLayer;
-use super::request_metrics::RequestMetricsLayer;
+use crate::rate_limit::KubeApiLayer;
+use crate::request_metrics::RequestMetricsLayer;
 
 /// `--kube-api-qps`: the ceiling of the adaptive client rate, which halves on each round
 /// of 429s from the apiserver (docs/adr/0016-kube-api-rate-limits.md).

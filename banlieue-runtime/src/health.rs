@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use banlieue_sdk::controllers::Readiness;
 
-use super::leader::LeaderStatus;
+use crate::leader::LeaderStatus;
 
 /// What `/readyz` looks at.
 #[derive(Clone)]
@@ -50,7 +50,7 @@ pub async fn serve(
             }),
         )
         .with_state(Probes { readiness, leader });
-    super::http::spawn("health", addr, app).await
+    crate::http::spawn("health", addr, app).await
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
-//! `qemu-img` on the operator's host, for what libvirt's API does not do: rebasing
-//! downloaded layers onto each other and flattening them into one file. Blocking:
-//! called from the same worker threads as libvirt.
+//! `qemu-img` on the operator's host, for what a hypervisor API does not do: rebasing
+//! downloaded layers onto each other and flattening a backing chain into one file
+//! (leaving the zeros of a raw disk as holes). Blocking: call it from a blocking thread.
 
 use std::ffi::OsStr;
 use std::path::Path;

@@ -17,7 +17,7 @@
 //! `Retry-After`) outside the limiter, so that every attempt, retries included, takes a
 //! token and every 429 reaches the limiter. kube installs that policy below any layer
 //! added with `with_layer`, where the limiter would see neither, so
-//! [`client::build`](super::client::build) turns kube's off (`Config::default_retry`).
+//! [`client::build`](crate::client::build) turns kube's off (`Config::default_retry`).
 //! tower's `Retry` needs a `Clone` inner service, hence the `Buffer` below the limiter.
 
 use std::future::Future;

@@ -1,19 +1,20 @@
-//! Ties the pieces of `banlieue run` together: client, probes, metrics, leader
+//! Ties the pieces of an operator process together: client, probes, metrics, leader
 //! election and the SDK's controllers, and decides how the process ends.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use banlieue_sdk::backend::BackendRegistry;
 use banlieue_sdk::controllers::{self, Metrics, Readiness, Settings};
 use prometheus_client::registry::Registry;
 
-use super::client::ClientConfig;
-use super::leader::{LeaderConfig, LeaderElection, LeaderStatus};
-use super::shutdown::{Stop, StopReason};
-use super::{backends, client, diagnostics, health, shutdown};
+use crate::client::ClientConfig;
+use crate::leader::{LeaderConfig, LeaderElection, LeaderStatus};
+use crate::shutdown::{Stop, StopReason};
+use crate::{client, diagnostics, health, shutdown};
 
-/// Everything `banlieue run` was told.
+/// Everything the process was told (for `banlieue run`: its flags).
 #[derive(Clone, Debug)]
 pub struct RunConfig {
     /// How to reach the apiserver.
@@ -34,15 +35,13 @@ pub struct RunConfig {
     pub settings: Settings,
 }
 
-/// Runs until SIGTERM/SIGINT (`Ok`, after draining and releasing the Lease) or
-/// until leadership is lost or the controllers die (`Err`: exit non-zero, the pod
-/// restarts cleanly).
-pub async fn run(config: RunConfig) -> anyhow::Result<()> {
-    let compiled = backends::compiled();
-    let registry = backends::registry();
+/// Runs the controllers for the backends in `registry` until SIGTERM/SIGINT (`Ok`,
+/// after draining and releasing the Lease) or until leadership is lost or the
+/// controllers die (`Err`: exit non-zero, the pod restarts cleanly).
+pub async fn run(config: RunConfig, registry: BackendRegistry) -> anyhow::Result<()> {
+    let classes: Vec<&str> = registry.classes().map(|c| c.as_str()).collect();
     tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        backends = %backends::summary(&compiled),
+        backends = %classes.join(", "),
         namespace = config.settings.namespace.as_deref().unwrap_or("(all)"),
         watch_filter = config.settings.watch_filter.as_deref().unwrap_or("(none)"),
         sync_period = ?config.settings.sync_period,
@@ -52,7 +51,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         image_concurrency = config.settings.concurrency.image,
         staging_dir = %config.settings.staging_dir.display(),
         leader_election = config.leader.is_some(),
-        "starting banlieue"
+        "starting the operator"
     );
     if registry.classes().next().is_none() {
         tracing::warn!("no backend adapter compiled in: no Provider can become ready");

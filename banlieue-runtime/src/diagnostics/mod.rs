@@ -46,7 +46,7 @@ pub async fn serve(
     match security {
         Security::Insecure => {
             tracing::warn!(address = %addr, "diagnostics served over plain HTTP to anyone (--insecure-diagnostics)");
-            super::http::spawn("diagnostics", addr, app).await
+            crate::http::spawn("diagnostics", addr, app).await
         }
         Security::Secure(client) => {
             let app = app.layer(axum::middleware::from_fn_with_state(
