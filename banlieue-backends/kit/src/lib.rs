@@ -7,10 +7,12 @@
 //! - [`endpoint`]: an HTTPS endpoint normalised to its base URL.
 //! - [`tasks`]: the task book, the operation in flight per machine, and what failed.
 //! - [`settings`]: reading `spec.settings` into one `InvalidSettings` error.
+//! - [`nocloud`]: a NIC's IPAM as a NoCloud seed's network interface.
 //! - [`qemu_img`]: `qemu-img convert` and `rebase -u` with classified errors.
 #![warn(missing_docs)]
 
 pub mod endpoint;
+pub mod nocloud;
 pub mod qemu_img;
 pub mod settings;
 pub mod tasks;

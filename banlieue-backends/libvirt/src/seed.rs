@@ -5,8 +5,8 @@
 //! cloud-init's NoCloud datasource accepts a vfat or iso9660 file system with that
 //! label; a vfat disk needs no CD-ROM device in the domain.
 
-use banlieue_nocloud::{AddressMode, Interface};
-use banlieue_sdk::api::common::{BootstrapFormat, IpamMode};
+use banlieue_nocloud::Interface;
+use banlieue_sdk::api::common::BootstrapFormat;
 use banlieue_sdk::api::infra::libvirt::LibvirtMachineSpec;
 use banlieue_sdk::backend::{BackendError, BootstrapData, MachineIdentity};
 
@@ -56,19 +56,7 @@ pub fn network_config(uid: &str, spec: &LibvirtMachineSpec) -> String {
         .network
         .iter()
         .zip(macs(uid, spec))
-        .map(|(nic, mac)| Interface {
-            mac,
-            mtu: None,
-            mode: match nic.ipam.mode {
-                IpamMode::Static => AddressMode::Static {
-                    addresses: nic.ipam.addresses.clone(),
-                    gateway: nic.ipam.gateway.clone(),
-                    nameservers: nic.ipam.nameservers.clone(),
-                },
-                // Pool-claimed addresses arrive as static ones once claimed; until then DHCP.
-                IpamMode::Dhcp | IpamMode::Pool => AddressMode::Dhcp,
-            },
-        })
+        .map(|(nic, mac)| banlieue_kit::nocloud::interface(&mac, None, &nic.ipam))
         .collect();
     banlieue_nocloud::network_config(&interfaces)
 }

@@ -6,8 +6,8 @@
 //! a CD-ROM in the slot of the template's cloud-init drive (else `ide2`), so PVE's
 //! own cloud-init drive never competes with it.
 
-use banlieue_nocloud::{AddressMode, Interface, SeedFiles};
-use banlieue_sdk::api::common::{BootstrapFormat, IpamMode};
+use banlieue_nocloud::{Interface, SeedFiles};
+use banlieue_sdk::api::common::BootstrapFormat;
 use banlieue_sdk::api::infra::proxmox::ProxmoxMachineSpec;
 use banlieue_sdk::backend::{BackendError, BootstrapData, MachineIdentity};
 use serde_json::Value;
@@ -46,19 +46,7 @@ pub fn files(
                 .network
                 .iter()
                 .zip(macs)
-                .map(|(nic, mac)| Interface {
-                    mac: mac.to_ascii_lowercase(),
-                    mtu: nic.mtu,
-                    mode: match nic.ipam.mode {
-                        IpamMode::Static => AddressMode::Static {
-                            addresses: nic.ipam.addresses.clone(),
-                            gateway: nic.ipam.gateway.clone(),
-                            nameservers: nic.ipam.nameservers.clone(),
-                        },
-                        // Pool addresses arrive as static ones once claimed.
-                        IpamMode::Dhcp | IpamMode::Pool => AddressMode::Dhcp,
-                    },
-                })
+                .map(|(nic, mac)| banlieue_kit::nocloud::interface(mac, nic.mtu, &nic.ipam))
                 .collect();
             banlieue_nocloud::network_config(&interfaces)
         }

@@ -67,34 +67,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations() {
-        let cases = [
-            ("0", Duration::ZERO),
-            ("10m", Duration::from_secs(600)),
-            ("30s", Duration::from_secs(30)),
-            ("1h30m", Duration::from_secs(5400)),
-            ("500ms", Duration::from_millis(500)),
-            ("1.5s", Duration::from_millis(1500)),
-            (".5h", Duration::from_secs(1800)),
-            ("2h45m30s", Duration::from_secs(2 * 3600 + 45 * 60 + 30)),
-            ("1s500ms", Duration::from_millis(1500)),
-            ("250us", Duration::from_micros(250)),
-            ("250µs", Duration::from_micros(250)),
-            ("7ns", Duration::from_nanos(7)),
-            (" 15s ", Duration::from_secs(15)),
-        ];
-        for (input, want) in cases {
-            assert_eq!(parse_duration(input), Ok(want), "{input}");
-        }
-    }
-
-    #[test]
-    fn bad_durations() {
-        for input in [
-            "", "10", "s", "1d", "1.2.3s", "-5s", "5 s", "1h30", ".s", "m10",
-        ] {
-            assert!(parse_duration(input).is_err(), "{input:?} should not parse");
-        }
+    fn durations_are_go_durations_with_a_unit() {
+        // The parser is the SDK's (its cases are there); a flag takes no bare number.
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        let error = parse_duration("10").unwrap_err();
+        assert!(error.contains("missing unit"), "{error}");
     }
 
     #[test]
