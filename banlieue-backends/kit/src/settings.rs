@@ -55,6 +55,7 @@ impl<'a> Settings<'a> {
     /// Sets `slot` from `key` when it is set: a duration (`500ms`, `30s`, `1m30s`, or
     /// bare seconds) up to `max_secs`, zero only when `zero` allows it.
     pub fn duration(&mut self, key: &str, zero: Zero, max_secs: u64, slot: &mut Duration) {
+        // Unset: the backend's documented default stands (the caller's `slot`).
         let Some(v) = self.get(key) else { return };
         let max = Duration::from_secs(max_secs);
         match parse_or_seconds(v)
@@ -76,6 +77,7 @@ impl<'a> Settings<'a> {
 
     /// Sets `slot` from `key` when it is set: `true` or `false` (spaces around ignored).
     pub fn flag(&mut self, key: &str, slot: &mut bool) {
+        // Unset: the backend's documented default stands (the caller's `slot`).
         let Some(v) = self.get(key) else { return };
         match v.trim() {
             "true" => *slot = true,
