@@ -40,6 +40,7 @@ bench-copy: libvirt fake-cloud-hypervisor ## CopyDisk copy throughput (a 2 GiB d
 test: export CARGO_INCREMENTAL ?= 0
 test: testbin lint crds-check features-check manifests-check dockerfile-check docs-check publish-check semver-check ## The whole test suite (what CI runs).
 	hack/build-deps.sh
+	hack/prune-before-tests.sh
 	KUBEBUILDER_ASSETS="$$($(TESTBIN_BUILD))" $(CARGO) test --workspace --all-features --locked --no-fail-fast
 	DEMO_ONESHOT=1 $(MAKE) --no-print-directory demo
 
