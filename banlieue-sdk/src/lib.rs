@@ -5,6 +5,15 @@
 //!   (the Cluster API InfraMachine and InfraCluster kinds of every backend and their
 //!   templates, in [`api::infra`]).
 //! - [`crds`]: every CustomResourceDefinition, as objects or YAML.
+//! - [`backend`]: the [`backend::Backend`] trait a hypervisor adapter implements, and
+//!   the [`backend::BackendRegistry`] of classes and machine kinds an operator serves.
+//! - [`contract`]: the Cluster API contract read uniformly across kinds, and the kind
+//!   table: every machine kind declared once ([`contract::MachineKind`]), banlieue's
+//!   four and any of your own.
+//! - [`build`], [`scheduling`], [`status`]: the pure decisions (the machine for a
+//!   placed VM, where a VM goes, what every status says), functions over values.
+//! - `controllers` (feature `controllers`): every controller, to run banlieue inside
+//!   another operator; `banlieue-runtime` is the process around them.
 //! - [`duration`]: Go-style durations (`90s`, `1m30s`, `500ms`).
 //!
 //! The validation that the CRD schemas carry (enums, bounds, CEL rules for

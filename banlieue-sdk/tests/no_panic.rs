@@ -328,7 +328,8 @@ fn chain(w: &World, unreachable: (String, String)) -> Stage {
         &now(),
     );
     provider.status = Some(up);
-    let _ = build::machine_kind(&provider);
+    let kinds = banlieue_sdk::contract::KindTable::built_in();
+    let _ = build::machine_kind(&provider, &kinds);
     let providers = [provider];
     let siblings = [Sibling::of(&vm)];
     let loads = scheduling::Loads::of(&siblings, "");
@@ -366,14 +367,17 @@ fn chain(w: &World, unreachable: (String, String)) -> Stage {
         }
     };
     let placement = target.to_status(None);
-    let built = build::infra_machine(&build::Input {
-        vm: &vm,
-        class: &class.spec,
-        image: &image,
-        provider: &providers[0],
-        target: &target,
-        bootstrap_secret: w.bootstrap_secret.as_deref(),
-    });
+    let built = build::infra_machine(
+        &build::Input {
+            vm: &vm,
+            class: &class.spec,
+            image: &image,
+            provider: &providers[0],
+            target: &target,
+            bootstrap_secret: w.bootstrap_secret.as_deref(),
+        },
+        &kinds,
+    );
     let Ok(machine) = built else {
         return Stage::NotBuilt;
     };

@@ -139,7 +139,6 @@ fn kind_of(spec: &MachineSpec) -> Result<Kind, BackendError> {
         MachineSpec::Proxmox(_) => Ok(Kind::Proxmox),
         MachineSpec::Libvirt(_) => Ok(Kind::Libvirt),
         MachineSpec::CloudHypervisor(_) => Ok(Kind::CloudHypervisor),
-        #[allow(unreachable_patterns)]
         other => Err(BackendError::terminal(
             "UnsupportedMachineKind",
             format!(

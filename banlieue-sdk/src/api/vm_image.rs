@@ -1,6 +1,8 @@
 //! `VMImage`: one OS image, with where to find it on each backend class.
 
 use kube::{CustomResource, KubeSchema};
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -92,7 +94,7 @@ pub enum Architecture {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new(
-    "has(self.vsphere) || has(self.proxmox) || has(self.libvirt) || has(self.cloudHypervisor) || has(self.sim)"
+    "has(self.vsphere) || has(self.proxmox) || has(self.libvirt) || has(self.cloudHypervisor) || has(self.sim) || (has(self.other) && size(self.other) > 0)"
 ).message("sources must name the image for at least one backend class"))]
 pub struct ImageSources {
     /// vSphere: a VM template or a content-library item.
@@ -110,6 +112,11 @@ pub struct ImageSources {
     /// The simulator: any name; it boots instantly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimImageSource>,
+    /// Backend classes registered out of tree, by class name: the settings its backend
+    /// reads to find the image (e.g. `lab: {volume: debian-13.qcow2}`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16))]
+    pub other: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl ImageSources {
@@ -121,8 +128,7 @@ impl ImageSources {
             ProviderClass::Libvirt => self.libvirt.is_some(),
             ProviderClass::CloudHypervisor => self.cloud_hypervisor.is_some(),
             ProviderClass::Sim => self.sim.is_some(),
-            // An out-of-tree class has no source field here (yet): nothing to use.
-            _ => false,
+            other => self.other.contains_key(other.as_str()),
         }
     }
 }

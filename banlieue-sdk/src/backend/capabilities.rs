@@ -164,6 +164,8 @@ impl Wants {
                     K::Firmware
                 }),
             ),
+            // A kind declared out of tree: its backend checks its own fields.
+            MachineSpec::Custom(_) => (None, None),
         };
         Self {
             firmware,

@@ -143,6 +143,36 @@ pub enum MachineSpec {
     Libvirt(LibvirtMachineSpec),
     /// A `CloudHypervisorMachine`'s spec.
     CloudHypervisor(CloudHypervisorMachineSpec),
+    /// The spec of a kind declared out of tree ([`crate::contract::MachineKind`]).
+    Custom(CustomSpec),
+}
+
+/// The spec of a machine kind declared out of tree: what every machine has, and the
+/// kind's own spec as JSON, which its backend reads with [`CustomSpec::decode`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct CustomSpec {
+    /// The kind.
+    pub kind: crate::contract::InfraMachineKind,
+    /// Virtual CPUs.
+    pub cpus: u32,
+    /// Memory in MiB.
+    pub memory_mib: u64,
+    /// The desired power state.
+    pub power_state: PowerState,
+    /// The kind's `spec`.
+    pub spec: serde_json::Value,
+}
+
+impl CustomSpec {
+    /// The kind's spec as its own type, or a terminal `InvalidMachineSpec`.
+    pub fn decode<S: serde::de::DeserializeOwned>(&self) -> Result<S, BackendError> {
+        serde_json::from_value(self.spec.clone()).map_err(|e| {
+            BackendError::terminal(
+                "InvalidMachineSpec",
+                format!("the {} spec does not decode: {e}", self.kind),
+            )
+        })
+    }
 }
 
 impl MachineSpec {
@@ -153,6 +183,7 @@ impl MachineSpec {
             Self::Proxmox(s) => s.sockets * s.cores,
             Self::Libvirt(s) => s.cpus,
             Self::CloudHypervisor(s) => s.cpus,
+            Self::Custom(s) => s.cpus,
         }
     }
 
@@ -163,6 +194,7 @@ impl MachineSpec {
             Self::Proxmox(s) => s.memory_mib,
             Self::Libvirt(s) => s.memory_mib,
             Self::CloudHypervisor(s) => s.memory_mib,
+            Self::Custom(s) => s.memory_mib,
         }
     }
 
@@ -173,6 +205,7 @@ impl MachineSpec {
             Self::Proxmox(s) => s.power_state,
             Self::Libvirt(s) => s.power_state,
             Self::CloudHypervisor(s) => s.power_state,
+            Self::Custom(s) => s.power_state,
         }
     }
 
@@ -183,6 +216,7 @@ impl MachineSpec {
             Self::Proxmox(_) => "ProxmoxMachine",
             Self::Libvirt(_) => "LibvirtMachine",
             Self::CloudHypervisor(_) => "CloudHypervisorMachine",
+            Self::Custom(s) => s.kind.kind(),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! function from the VM, its class and image, the chosen Provider and placement to
 //! a fully resolved `*Machine` object.
 
+mod kinds;
 mod names;
 mod targets;
 #[cfg(test)]
@@ -11,22 +12,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::api::common::{LocalObjectReference, ProviderClass};
-use crate::api::infra::{
-    BootstrapDataRef, MachineDisk,
-    cloud_hypervisor::{
-        CloudHypervisorMachine, CloudHypervisorMachineSpec, CloudHypervisorNetworkInterface,
-    },
-    libvirt::{LibvirtMachine, LibvirtMachineSpec, LibvirtNetworkInterface},
-    proxmox::{ProxmoxMachine, ProxmoxMachineSpec, ProxmoxNetworkDevice},
-    vsphere::{VSphereMachine, VSphereMachineSpec, VSphereNetworkDevice},
-};
-use crate::api::vm_image::{CloudHypervisorImageSource, DiskFormat, LibvirtImageSource};
+use crate::api::common::{LocalObjectReference, PowerState, ProviderClass};
+use crate::api::infra::BootstrapDataRef;
 use crate::api::{Provider, VMClassSpec, VMImage, VirtualMachine};
-use crate::contract::{InfraMachine, InfraMachineKind};
+use crate::contract::{InfraMachine, InfraMachineKind, KindTable};
 use crate::scheduling::Target;
 
-use targets::{ResolvedNetwork, Targets};
+pub use targets::{ResolvedNetwork, Targets};
 
 pub use names::{MAX_LABEL_VALUE, bootstrap_secret_name, label_value, suffixed_name};
 
@@ -82,7 +74,8 @@ pub struct BuildError {
 }
 
 impl BuildError {
-    fn new(reason: &'static str, message: impl Into<String>) -> Self {
+    /// An error with `reason` (CamelCase) and a message that says what to fix.
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
         Self {
             reason,
             message: message.into(),
@@ -90,40 +83,91 @@ impl BuildError {
     }
 }
 
-/// The kind a Provider builds: its class's own, or for `sim` the `machineKind`
-/// setting (default `LibvirtMachine`).
-pub fn machine_kind(provider: &Provider) -> Result<InfraMachineKind, BuildError> {
-    if let Some(kind) = InfraMachineKind::for_class(provider.spec.class) {
+/// The kind a Provider builds: the one registered for its class, or for `sim` the
+/// `machineKind` setting (default `LibvirtMachine`), one of banlieue's own kinds.
+pub fn machine_kind(
+    provider: &Provider,
+    kinds: &KindTable,
+) -> Result<InfraMachineKind, BuildError> {
+    if let Some(kind) = kinds.for_class(provider.spec.class) {
         return Ok(kind);
     }
     if provider.spec.class != ProviderClass::Sim {
         return Err(BuildError::new(
             "NoMachineKind",
             format!(
-                "class {} has no infrastructure machine kind banlieue can build",
+                "class {} has no infrastructure machine kind registered in this operator",
                 provider.spec.class
             ),
         ));
     }
-    match provider.spec.settings.get(SIM_MACHINE_KIND_SETTING) {
-        None => Ok(InfraMachineKind::Libvirt),
-        Some(name) => InfraMachineKind::from_kind(name).ok_or_else(|| {
+    let name = provider
+        .spec
+        .settings
+        .get(SIM_MACHINE_KIND_SETTING)
+        .map(String::as_str)
+        .unwrap_or(InfraMachineKind::Libvirt.kind());
+    InfraMachineKind::from_kind(name)
+        .filter(|kind| kinds.get(kind.kind()).is_some())
+        .ok_or_else(|| {
+            let served: Vec<&str> = kinds
+                .kinds()
+                .filter(|k| InfraMachineKind::from_kind(k.kind()).is_some())
+                .map(InfraMachineKind::kind)
+                .collect();
             BuildError::new(
                 "InvalidProviderSettings",
-                format!("settings.machineKind {name} is not one of VSphereMachine, ProxmoxMachine, LibvirtMachine, CloudHypervisorMachine"),
+                format!(
+                    "settings.machineKind {name} is not one of {}",
+                    served.join(", ")
+                ),
             )
-        }),
+        })
+}
+
+/// What every machine kind is built from: the VM's inputs and what the builder
+/// resolved for it (metadata with owner and labels, Provider reference, the class
+/// names resolved to the Provider's targets, the bootstrap reference).
+#[derive(Clone, Debug)]
+pub struct Parts<'a> {
+    /// The VM, its class, image, Provider and placement.
+    pub input: &'a Input<'a>,
+    /// The machine's metadata: the VM's name and namespace, its labels plus banlieue's,
+    /// the failure domain annotation, the VM as controlling owner.
+    pub metadata: ObjectMeta,
+    /// `spec.providerRef`: the Provider it was placed on.
+    pub provider_ref: Option<LocalObjectReference>,
+    /// The VM's desired power state.
+    pub power_state: PowerState,
+    /// The bootstrap data reference, when the VM has bootstrap data.
+    pub bootstrap: Option<BootstrapDataRef>,
+    /// The class's OS disk size.
+    pub disk_gib: Option<u32>,
+    /// Storage and network classes resolved to the Provider's targets, and the failure
+    /// domain's location.
+    pub targets: Targets,
+}
+
+impl Parts<'_> {
+    /// The failure domain's location value `key` (e.g. `datacenter`, `node`).
+    pub fn location(&self, key: &str) -> Option<String> {
+        self.targets.location.get(key).cloned()
     }
 }
 
-/// Builds the infra machine for `input.vm`.
-pub fn infra_machine(input: &Input<'_>) -> Result<InfraMachine, BuildError> {
-    let kind = machine_kind(input.provider)?;
+/// Builds the infra machine for `input.vm`, of the kind its Provider builds.
+pub fn infra_machine(input: &Input<'_>, kinds: &KindTable) -> Result<InfraMachine, BuildError> {
+    let kind = machine_kind(input.provider, kinds)?;
+    let entry = kinds
+        .get(kind.kind())
+        .ok_or_else(|| BuildError::new("NoMachineKind", format!("{kind} is not registered")))?;
+    entry.build(&parts(input)?)
+}
+
+/// The parts every kind is built from.
+pub fn parts<'a>(input: &'a Input<'a>) -> Result<Parts<'a>, BuildError> {
     let targets = Targets::resolve(input)?;
     let metadata = metadata(input)?;
-    let name = metadata.name.clone().unwrap_or_default();
-    let provider_ref = Some(LocalObjectReference::new(input.target.provider.clone()));
-    let power_state = input.vm.spec.power_state;
     let bootstrap = input.bootstrap_secret.map(|secret| BootstrapDataRef {
         data_secret_name: secret.to_owned(),
         format: input
@@ -134,170 +178,14 @@ pub fn infra_machine(input: &Input<'_>) -> Result<InfraMachine, BuildError> {
             .map(|b| b.format)
             .unwrap_or_default(),
     });
-    let location = |key: &str| targets.location.get(key).cloned();
-    let disk_gib = Some(input.class.disk.size_gib);
-    let additional_disks: Vec<MachineDisk> = targets.data_disks.clone();
-
-    Ok(match kind {
-        InfraMachineKind::VSphere => {
-            let template = vsphere_template(input, &name)?;
-            InfraMachine::VSphere(VSphereMachine {
-                metadata,
-                spec: VSphereMachineSpec {
-                    provider_ref,
-                    provider_id: None,
-                    template,
-                    clone_mode: Default::default(),
-                    datacenter: location("datacenter"),
-                    cluster: location("cluster"),
-                    resource_pool: location("resourcePool"),
-                    folder: location("folder"),
-                    datastore: targets.os_storage.get("datastore").cloned(),
-                    storage_policy_name: targets.os_storage.get("storagePolicy").cloned(),
-                    num_cpus: input.class.cpus,
-                    num_cores_per_socket: input.class.cores_per_socket,
-                    memory_mib: input.class.memory_mib,
-                    disk_gib,
-                    disk_provisioning: input.class.disk.provisioning,
-                    firmware: Some(input.class.firmware),
-                    additional_disks,
-                    network: targets
-                        .networks
-                        .iter()
-                        .map(|n| VSphereNetworkDevice {
-                            network_name: n
-                                .one_of(&["distributedPortGroup", "portGroup", "network"])
-                                .unwrap_or_default(),
-                            mac_address: n.mac_address.clone(),
-                            ipam: n.ipam.clone(),
-                        })
-                        .collect(),
-                    power_state,
-                    bootstrap,
-                },
-                status: None,
-            })
-        }
-        InfraMachineKind::Proxmox => {
-            let template_id = input
-                .image
-                .spec
-                .sources
-                .proxmox
-                .as_ref()
-                .and_then(|s| s.template_id)
-                .or_else(|| (input.provider.spec.class == ProviderClass::Sim).then_some(100))
-                .ok_or_else(|| BuildError::new("ImageSourceUnsupported", "the image's proxmox source has no templateID (volume imports are not supported yet)"))?;
-            // Admission refuses coresPerSocket 0, but an object stored before that rule
-            // (or written with validation off) must not crash the operator.
-            let (sockets, cores) = match input.class.cores_per_socket {
-                Some(per) if per > 0 => (input.class.cpus / per, per),
-                _ => (1, input.class.cpus),
-            };
-            InfraMachine::Proxmox(ProxmoxMachine {
-                metadata,
-                spec: ProxmoxMachineSpec {
-                    provider_ref,
-                    provider_id: None,
-                    template_id,
-                    source_node: None,
-                    target_node: location("node"),
-                    storage: targets.os_storage.get("storage").cloned(),
-                    full_clone: true,
-                    pool: None,
-                    vm_id_range: None,
-                    sockets,
-                    cores,
-                    memory_mib: input.class.memory_mib,
-                    disk_gib,
-                    firmware: Some(input.class.firmware),
-                    additional_disks,
-                    network: targets
-                        .networks
-                        .iter()
-                        .map(|n| ProxmoxNetworkDevice {
-                            bridge: n.one_of(&["bridge"]).unwrap_or_else(|| "vmbr0".into()),
-                            vlan: n.target.get("vlan").and_then(|v| v.parse().ok()),
-                            model: Default::default(),
-                            mtu: n.mtu,
-                            mac_address: n.mac_address.clone(),
-                            ipam: n.ipam.clone(),
-                        })
-                        .collect(),
-                    power_state,
-                    bootstrap,
-                },
-                status: None,
-            })
-        }
-        InfraMachineKind::Libvirt => InfraMachine::Libvirt(LibvirtMachine {
-            metadata,
-            spec: LibvirtMachineSpec {
-                provider_ref,
-                provider_id: None,
-                image: libvirt_image(input),
-                storage_pool: targets
-                    .os_storage
-                    .get("pool")
-                    .cloned()
-                    .unwrap_or_else(|| "default".into()),
-                cpus: input.class.cpus,
-                memory_mib: input.class.memory_mib,
-                disk_gib,
-                firmware: input.class.firmware,
-                cpu_mode: Default::default(),
-                additional_disks,
-                network: targets
-                    .networks
-                    .iter()
-                    .map(|n| {
-                        let bridge = n.target.get("bridge").cloned();
-                        LibvirtNetworkInterface {
-                            network: if bridge.is_some() {
-                                None
-                            } else {
-                                Some(n.one_of(&["network"]).unwrap_or_else(|| "default".into()))
-                            },
-                            bridge,
-                            mac_address: n.mac_address.clone(),
-                            ipam: n.ipam.clone(),
-                        }
-                    })
-                    .collect(),
-                power_state,
-                bootstrap,
-            },
-            status: None,
-        }),
-        InfraMachineKind::CloudHypervisor => {
-            InfraMachine::CloudHypervisor(CloudHypervisorMachine {
-                metadata,
-                spec: CloudHypervisorMachineSpec {
-                    provider_ref,
-                    provider_id: None,
-                    image: cloud_hypervisor_image(input),
-                    cpus: input.class.cpus,
-                    max_cpus: None,
-                    memory_mib: input.class.memory_mib,
-                    hugepages: false,
-                    disk_gib,
-                    additional_disks,
-                    network: targets
-                        .networks
-                        .iter()
-                        .map(|n| CloudHypervisorNetworkInterface {
-                            bridge: n.target.get("bridge").cloned(),
-                            mac_address: n.mac_address.clone(),
-                            mtu: n.mtu,
-                            ipam: n.ipam.clone(),
-                        })
-                        .collect(),
-                    power_state,
-                    bootstrap,
-                },
-                status: None,
-            })
-        }
+    Ok(Parts {
+        input,
+        metadata,
+        provider_ref: Some(LocalObjectReference::new(input.target.provider.clone())),
+        power_state: input.vm.spec.power_state,
+        bootstrap,
+        disk_gib: Some(input.class.disk.size_gib),
+        targets,
     })
 }
 
@@ -334,7 +222,8 @@ fn metadata(input: &Input<'_>) -> Result<ObjectMeta, BuildError> {
     })
 }
 
-fn sim_name(input: &Input<'_>) -> String {
+/// The sim image source's name, which a `sim` Provider builds any kind from.
+pub(crate) fn sim_name(input: &Input<'_>) -> String {
     input
         .image
         .spec
@@ -345,57 +234,9 @@ fn sim_name(input: &Input<'_>) -> String {
         .unwrap_or_else(|| "image".into())
 }
 
-fn vsphere_template(input: &Input<'_>, _machine: &str) -> Result<String, BuildError> {
-    match &input.image.spec.sources.vsphere {
-        Some(source) => source
-            .template
-            .clone()
-            .or_else(|| {
-                source
-                    .content_library_item
-                    .as_ref()
-                    .map(|i| format!("{}/{}", i.library, i.item))
-            })
-            .ok_or_else(|| {
-                BuildError::new(
-                    "ImageSourceUnsupported",
-                    "the image's vsphere source names nothing",
-                )
-            }),
-        None => Ok(sim_name(input)),
-    }
-}
-
-fn libvirt_image(input: &Input<'_>) -> LibvirtImageSource {
-    input
-        .image
-        .spec
-        .sources
-        .libvirt
-        .clone()
-        .unwrap_or_else(|| LibvirtImageSource {
-            volume: None,
-            path: Some(format!("/sim/images/{}", sim_name(input))),
-            format: DiskFormat::Qcow2,
-        })
-}
-
-fn cloud_hypervisor_image(input: &Input<'_>) -> CloudHypervisorImageSource {
-    input
-        .image
-        .spec
-        .sources
-        .cloud_hypervisor
-        .clone()
-        .unwrap_or_else(|| CloudHypervisorImageSource {
-            firmware: Some("/sim/firmware/CLOUDHV.fd".into()),
-            disk: format!("/sim/images/{}", sim_name(input)),
-            ..Default::default()
-        })
-}
-
 impl ResolvedNetwork {
-    fn one_of(&self, keys: &[&str]) -> Option<String> {
+    /// The first of `keys` the network class's target has.
+    pub fn one_of(&self, keys: &[&str]) -> Option<String> {
         keys.iter().find_map(|k| self.target.get(*k).cloned())
     }
 }

@@ -11,23 +11,32 @@ use super::{BuildError, Input};
 
 /// One network interface with its backend target.
 #[derive(Clone, Debug)]
-pub(super) struct ResolvedNetwork {
+pub struct ResolvedNetwork {
+    /// The network class's target on the Provider (e.g. `portGroup`, `bridge`).
     pub target: BTreeMap<String, String>,
+    /// The interface's addressing.
     pub ipam: Ipam,
+    /// A fixed MAC address, when the VM asks for one.
     pub mac_address: Option<String>,
+    /// The MTU, when the VM asks for one.
     pub mtu: Option<u32>,
 }
 
 /// Every class a VM uses, resolved against one Provider.
 #[derive(Clone, Debug)]
-pub(super) struct Targets {
+pub struct Targets {
+    /// The OS disk's storage target.
     pub os_storage: BTreeMap<String, String>,
+    /// The data disks, each on its storage target.
     pub data_disks: Vec<MachineDisk>,
+    /// The network interfaces, each with its target.
     pub networks: Vec<ResolvedNetwork>,
+    /// The failure domain's location (e.g. `datacenter`, `node`).
     pub location: BTreeMap<String, String>,
 }
 
 impl Targets {
+    /// Resolves the VM's classes against its Provider.
     pub fn resolve(input: &Input<'_>) -> Result<Self, BuildError> {
         let capabilities = &input.provider.spec.capabilities;
         let storage = |class: &str| lookup(&capabilities.storage_classes, class, "storage");

@@ -2,6 +2,9 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::api::common::{Ipam, IpamMode, PowerState};
+use crate::api::infra::{
+    libvirt::LibvirtMachine, proxmox::ProxmoxMachine, vsphere::VSphereMachine,
+};
 use crate::api::provider::{
     Capabilities, ClassMapping, Connection, DeclaredFailureDomain, ProviderSpec,
 };
@@ -153,21 +156,25 @@ fn build(provider: &Provider) -> Result<InfraMachine, BuildError> {
         failure_domain: Some("east-a".into()),
         topology: BTreeMap::new(),
     };
-    infra_machine(&Input {
-        vm: &vm,
-        class: &class,
-        image: &image,
-        provider,
-        target: &target,
-        bootstrap_secret: Some("web-1-bootstrap"),
-    })
+    infra_machine(
+        &Input {
+            vm: &vm,
+            class: &class,
+            image: &image,
+            provider,
+            target: &target,
+            bootstrap_secret: Some("web-1-bootstrap"),
+        },
+        &KindTable::built_in(),
+    )
 }
 
 #[test]
 fn vsphere_machine_is_fully_resolved_and_owned() {
-    let InfraMachine::VSphere(m) = build(&provider(ProviderClass::Vsphere, &[])).unwrap() else {
-        panic!("kind")
-    };
+    let m: VSphereMachine = build(&provider(ProviderClass::Vsphere, &[]))
+        .unwrap()
+        .typed()
+        .expect("a VSphereMachine");
     let owner = &m.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
@@ -226,9 +233,10 @@ fn vsphere_machine_is_fully_resolved_and_owned() {
 
 #[test]
 fn proxmox_machine_uses_node_bridge_and_vlan() {
-    let InfraMachine::Proxmox(m) = build(&provider(ProviderClass::Proxmox, &[])).unwrap() else {
-        panic!("kind")
-    };
+    let m: ProxmoxMachine = build(&provider(ProviderClass::Proxmox, &[]))
+        .unwrap()
+        .typed()
+        .expect("a ProxmoxMachine");
     assert_eq!(
         (m.spec.template_id, m.spec.target_node.as_deref()),
         (9000, Some("pve1"))
@@ -245,9 +253,7 @@ fn proxmox_machine_uses_node_bridge_and_vlan() {
 fn sim_provider_builds_the_kind_it_is_told() {
     let libvirt = build(&provider(ProviderClass::Sim, &[])).unwrap();
     assert_eq!(libvirt.kind(), InfraMachineKind::Libvirt, "default");
-    let InfraMachine::Libvirt(m) = libvirt else {
-        panic!()
-    };
+    let m: LibvirtMachine = libvirt.typed().expect("a LibvirtMachine");
     assert_eq!(m.spec.image.path.as_deref(), Some("/sim/images/ubuntu"));
     assert_eq!(m.spec.storage_pool, "ssd");
     let vsphere = build(&provider(

@@ -30,6 +30,8 @@ fn ipams(spec: &mut MachineSpec) -> Vec<&mut Ipam> {
         MachineSpec::Proxmox(s) => s.network.iter_mut().map(|d| &mut d.ipam).collect(),
         MachineSpec::Libvirt(s) => s.network.iter_mut().map(|d| &mut d.ipam).collect(),
         MachineSpec::CloudHypervisor(s) => s.network.iter_mut().map(|d| &mut d.ipam).collect(),
+        // A kind declared out of tree has no banlieue IPAM devices to resolve.
+        MachineSpec::Custom(_) => Vec::new(),
     }
 }
 

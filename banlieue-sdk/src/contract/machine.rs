@@ -1,10 +1,11 @@
 //! [`InfraMachineRead`]: what every infrastructure machine kind offers, so
 //! controllers and status mirroring are written once for all of them.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::Serialize;
 
-use crate::api::common::{LocalObjectReference, PowerState, ProviderClass};
+use crate::api::common::{LocalObjectReference, PowerState};
 use crate::api::infra::{
     BootstrapDataRef, MachineStatus, cloud_hypervisor::CloudHypervisorMachine,
     libvirt::LibvirtMachine, proxmox::ProxmoxMachine, vsphere::VSphereMachine,
@@ -29,74 +30,105 @@ pub trait InfraMachineRead {
     fn backend_spec(&self) -> MachineSpec;
 }
 
-/// The four infrastructure machine kinds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum InfraMachineKind {
+/// An infrastructure machine kind: its name, plural and providerID scheme. Open like
+/// [`crate::api::common::ProviderClass`]: banlieue's four are constants, a kind declared out of tree makes
+/// its own with [`InfraMachineKind::new`] (see [`crate::contract::MachineKind`]). Which
+/// class builds which kind is the [`crate::contract::KindTable`]'s.
+///
+/// A small `Copy` value; kinds compare, hash and order by name.
+#[derive(Clone, Copy, Debug)]
+pub struct InfraMachineKind {
+    kind: &'static str,
+    plural: &'static str,
+    scheme: &'static str,
+}
+
+#[allow(non_upper_case_globals)] // named like the enum variants they replace
+impl InfraMachineKind {
     /// `VSphereMachine`.
-    VSphere,
+    pub const VSphere: Self = Self::new("VSphereMachine", "vspheremachines", "vsphere://");
     /// `ProxmoxMachine`.
-    Proxmox,
+    pub const Proxmox: Self = Self::new("ProxmoxMachine", "proxmoxmachines", "proxmox://");
     /// `LibvirtMachine`.
-    Libvirt,
+    pub const Libvirt: Self = Self::new("LibvirtMachine", "libvirtmachines", "libvirt://");
     /// `CloudHypervisorMachine`.
-    CloudHypervisor,
+    pub const CloudHypervisor: Self = Self::new(
+        "CloudHypervisorMachine",
+        "cloudhypervisormachines",
+        "cloud-hypervisor://",
+    );
 }
 
 impl InfraMachineKind {
-    /// Every kind.
-    pub const ALL: [InfraMachineKind; 4] = [
+    /// banlieue's own kinds, in a stable order.
+    pub const BUILT_IN: [InfraMachineKind; 4] = [
         Self::VSphere,
         Self::Proxmox,
         Self::Libvirt,
         Self::CloudHypervisor,
     ];
 
+    /// A kind of group `infrastructure.banlieue.io`: its `kind`, its plural resource
+    /// name and the scheme of its machines' providerIDs (e.g. `lab://`).
+    pub const fn new(kind: &'static str, plural: &'static str, scheme: &'static str) -> Self {
+        Self {
+            kind,
+            plural,
+            scheme,
+        }
+    }
+
     /// The kind's name, e.g. `VSphereMachine`.
     pub fn kind(self) -> &'static str {
-        match self {
-            Self::VSphere => "VSphereMachine",
-            Self::Proxmox => "ProxmoxMachine",
-            Self::Libvirt => "LibvirtMachine",
-            Self::CloudHypervisor => "CloudHypervisorMachine",
-        }
+        self.kind
     }
 
     /// The kind's plural resource name.
     pub fn plural(self) -> &'static str {
-        match self {
-            Self::VSphere => "vspheremachines",
-            Self::Proxmox => "proxmoxmachines",
-            Self::Libvirt => "libvirtmachines",
-            Self::CloudHypervisor => "cloudhypervisormachines",
-        }
+        self.plural
     }
 
-    /// By name, e.g. from a Provider setting.
+    /// One of banlieue's own kinds by name (kinds registered out of tree are found in
+    /// the [`crate::backend::BackendRegistry`] that registered them).
     pub fn from_kind(kind: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.kind() == kind)
-    }
-
-    /// The kind a real backend class builds. `sim` has none of its own: it serves
-    /// whichever kind the Provider's `machineKind` setting names.
-    pub fn for_class(class: ProviderClass) -> Option<Self> {
-        match class {
-            ProviderClass::Vsphere => Some(Self::VSphere),
-            ProviderClass::Proxmox => Some(Self::Proxmox),
-            ProviderClass::Libvirt => Some(Self::Libvirt),
-            ProviderClass::CloudHypervisor => Some(Self::CloudHypervisor),
-            // `sim`, and classes registered out of tree.
-            _ => None,
-        }
+        Self::BUILT_IN.into_iter().find(|k| k.kind == kind)
     }
 
     /// The providerID scheme of this kind, e.g. `vsphere://`.
     pub fn provider_id_scheme(self) -> &'static str {
-        match self {
-            Self::VSphere => "vsphere://",
-            Self::Proxmox => "proxmox://",
-            Self::Libvirt => "libvirt://",
-            Self::CloudHypervisor => "cloud-hypervisor://",
-        }
+        self.scheme
+    }
+}
+
+impl PartialEq for InfraMachineKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind
+    }
+}
+
+impl Eq for InfraMachineKind {}
+
+impl std::hash::Hash for InfraMachineKind {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.kind.hash(state);
+    }
+}
+
+impl PartialOrd for InfraMachineKind {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for InfraMachineKind {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.kind.cmp(other.kind)
+    }
+}
+
+impl std::fmt::Display for InfraMachineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kind)
     }
 }
 
@@ -135,58 +167,81 @@ infra_machine_read!(
     CloudHypervisor
 );
 
-/// An infrastructure machine of any kind, as built for a VirtualMachine.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum InfraMachine {
-    /// A `VSphereMachine`.
-    VSphere(VSphereMachine),
-    /// A `ProxmoxMachine`.
-    Proxmox(ProxmoxMachine),
-    /// A `LibvirtMachine`.
-    Libvirt(LibvirtMachine),
-    /// A `CloudHypervisorMachine`.
-    CloudHypervisor(CloudHypervisorMachine),
+/// An infrastructure machine of any kind, as built for a VirtualMachine: its kind, its
+/// metadata and the rest of the object as JSON (what server-side apply sends).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InfraMachine {
+    kind: InfraMachineKind,
+    metadata: ObjectMeta,
+    /// The whole object but its metadata.
+    body: serde_json::Value,
+    /// The spec as the backend would receive it.
+    spec: MachineSpec,
 }
 
 impl InfraMachine {
+    /// `machine` as built, of kind `K`.
+    pub fn of<K>(machine: &K) -> Result<Self, serde_json::Error>
+    where
+        K: InfraMachineRead + Resource + Serialize,
+    {
+        let mut body = serde_json::to_value(machine)?;
+        if let Some(object) = body.as_object_mut() {
+            object.remove("metadata");
+        }
+        Ok(Self {
+            kind: K::KIND,
+            metadata: machine.meta().clone(),
+            body,
+            spec: machine.backend_spec(),
+        })
+    }
+
     /// Which kind.
     pub fn kind(&self) -> InfraMachineKind {
-        match self {
-            Self::VSphere(_) => InfraMachineKind::VSphere,
-            Self::Proxmox(_) => InfraMachineKind::Proxmox,
-            Self::Libvirt(_) => InfraMachineKind::Libvirt,
-            Self::CloudHypervisor(_) => InfraMachineKind::CloudHypervisor,
-        }
+        self.kind
     }
 
     /// Its metadata.
-    pub fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-        match self {
-            Self::VSphere(m) => m.meta(),
-            Self::Proxmox(m) => m.meta(),
-            Self::Libvirt(m) => m.meta(),
-            Self::CloudHypervisor(m) => m.meta(),
-        }
+    pub fn meta(&self) -> &ObjectMeta {
+        &self.metadata
     }
 
     /// Its metadata, to change.
-    pub fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-        match self {
-            Self::VSphere(m) => m.meta_mut(),
-            Self::Proxmox(m) => m.meta_mut(),
-            Self::Libvirt(m) => m.meta_mut(),
-            Self::CloudHypervisor(m) => m.meta_mut(),
-        }
+    pub fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 
     /// The spec as the backend would receive it.
     pub fn backend_spec(&self) -> MachineSpec {
-        match self {
-            Self::VSphere(m) => m.backend_spec(),
-            Self::Proxmox(m) => m.backend_spec(),
-            Self::Libvirt(m) => m.backend_spec(),
-            Self::CloudHypervisor(m) => m.backend_spec(),
+        self.spec.clone()
+    }
+
+    /// The machine as its own type, when it is of kind `K`.
+    pub fn typed<K>(&self) -> Option<K>
+    where
+        K: InfraMachineRead + serde::de::DeserializeOwned,
+    {
+        (self.kind == K::KIND)
+            .then(|| serde_json::from_value(self.to_value()).ok())
+            .flatten()
+    }
+
+    /// The whole object as JSON.
+    pub fn to_value(&self) -> serde_json::Value {
+        let mut value = self.body.clone();
+        if let Some(object) = value.as_object_mut() {
+            object.insert(
+                "metadata".into(),
+                serde_json::to_value(&self.metadata).unwrap_or_default(),
+            );
         }
+        value
+    }
+}
+
+impl Serialize for InfraMachine {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_value().serialize(serializer)
     }
 }

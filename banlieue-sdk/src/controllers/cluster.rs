@@ -126,7 +126,7 @@ fn providers<K: InfraCluster>(cluster: &K, ctx: &Context) -> (Vec<Arc<Provider>>
         .filter(|p| p.namespace().as_deref() == Some(namespace.as_str()))
         .filter(|p| match cluster.provider_selector() {
             Some(selector) => matches(selector, p.labels()),
-            None => machine_kind(p).is_ok_and(|kind| kind == K::MACHINE_KIND),
+            None => machine_kind(p, &ctx.kinds).is_ok_and(|kind| kind == K::MACHINE_KIND),
         })
         .collect();
     found.sort_by_key(|p| p.name_any());

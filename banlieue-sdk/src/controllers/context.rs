@@ -14,18 +14,15 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::sync::oneshot;
 
 use super::backends::BackendCache;
-use super::feed::{self, MachineFeeds, Subscriber, machine_feeds};
+use super::kinds::Slot;
 use super::placements::Placements;
 use super::written::Written;
 use super::{Metrics, Readiness, Settings, watch};
 use crate::api::infra::MachineStatus;
-use crate::api::infra::{
-    cloud_hypervisor::CloudHypervisorMachine, libvirt::LibvirtMachine, proxmox::ProxmoxMachine,
-    vsphere::VSphereMachine,
-};
 use crate::api::virtual_machine::VirtualMachineStatus;
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
 use crate::backend::BackendRegistry;
+use crate::contract::KindTable;
 
 /// Read caches of the objects reconcilers look up by name.
 #[derive(Clone)]
@@ -33,10 +30,8 @@ pub(crate) struct Stores {
     pub providers: Store<Provider>,
     pub classes: Store<VMClass>,
     pub images: Store<VMImage>,
-    pub vsphere: Store<VSphereMachine>,
-    pub proxmox: Store<ProxmoxMachine>,
-    pub libvirt: Store<LibvirtMachine>,
-    pub cloud_hypervisor: Store<CloudHypervisorMachine>,
+    /// Every registered infra machine kind's cache (see [`super::kinds`]).
+    pub machines: Vec<Arc<dyn Slot>>,
 }
 
 /// An infra machine of any kind, reduced to what failure-domain spreading needs.
@@ -47,7 +42,7 @@ pub(crate) struct MachineSummary {
     pub failure_domain: Option<String>,
 }
 
-fn summaries<K>(store: &Store<K>) -> impl Iterator<Item = MachineSummary> + use<K>
+pub(crate) fn summaries<K>(store: &Store<K>) -> impl Iterator<Item = MachineSummary> + use<K>
 where
     K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead + Clone + 'static,
 {
@@ -62,7 +57,7 @@ where
 /// The cached infra machines of `store` in `namespace` that run, or may run, on
 /// Provider `provider`: named by `spec.providerRef`, or (CAPI machines) landed in one
 /// of its failure domains. As `Kind/name`.
-fn on_provider<K>(store: &Store<K>, namespace: &str, provider: &str) -> Vec<String>
+pub(crate) fn on_provider<K>(store: &Store<K>, namespace: &str, provider: &str) -> Vec<String>
 where
     K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead + Clone + 'static,
 {
@@ -109,7 +104,7 @@ where
 
 /// The cached machines of `store` other than `uid` that claim provider ID `id` and are
 /// not being deleted, ranked.
-fn claiming<K>(store: &Store<K>, id: &str, uid: &str) -> Vec<ClaimRank>
+pub(crate) fn claiming<K>(store: &Store<K>, id: &str, uid: &str) -> Vec<ClaimRank>
 where
     K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead + Clone + 'static,
 {
@@ -128,11 +123,9 @@ impl Stores {
     /// and a lower claimant (a copied or hand-set `spec.providerID`) must neither adopt
     /// nor delete it.
     pub fn elder_claimant(&self, id: &str, uid: &str, rank: &ClaimRank) -> Option<String> {
-        claiming(&self.vsphere, id, uid)
-            .into_iter()
-            .chain(claiming(&self.proxmox, id, uid))
-            .chain(claiming(&self.libvirt, id, uid))
-            .chain(claiming(&self.cloud_hypervisor, id, uid))
+        self.machines
+            .iter()
+            .flat_map(|kind| kind.claiming(id, uid))
             .filter(|other| other < rank)
             .min()
             .map(|(_, _, other)| other)
@@ -141,11 +134,10 @@ impl Stores {
     /// The infra machines (`Kind/name`, sorted) that hold Provider `provider` of
     /// `namespace`: while any exists, deleting the Provider would strand its backend VM.
     pub fn machines_on(&self, namespace: &str, provider: &str) -> Vec<String> {
-        let mut all: Vec<String> = on_provider(&self.vsphere, namespace, provider)
-            .into_iter()
-            .chain(on_provider(&self.proxmox, namespace, provider))
-            .chain(on_provider(&self.libvirt, namespace, provider))
-            .chain(on_provider(&self.cloud_hypervisor, namespace, provider))
+        let mut all: Vec<String> = self
+            .machines
+            .iter()
+            .flat_map(|kind| kind.on_provider(namespace, provider))
             .collect();
         all.sort();
         all
@@ -153,10 +145,9 @@ impl Stores {
 
     /// Every cached infra machine, of all kinds.
     pub fn infra_machines(&self) -> Vec<MachineSummary> {
-        summaries(&self.vsphere)
-            .chain(summaries(&self.proxmox))
-            .chain(summaries(&self.libvirt))
-            .chain(summaries(&self.cloud_hypervisor))
+        self.machines
+            .iter()
+            .flat_map(|kind| kind.summaries())
             .collect()
     }
 }
@@ -169,25 +160,10 @@ pub(crate) struct WrittenStatuses {
     pub machines: Written<MachineStatus>,
 }
 
-/// An infra machine kind's store writer and the subscribers its watch feeds.
-type MachineWriter<K> = (reflector::store::Writer<K>, Vec<Subscriber<K>>);
-
 struct Writers {
     providers: reflector::store::Writer<Provider>,
     classes: reflector::store::Writer<VMClass>,
     images: reflector::store::Writer<VMImage>,
-    vsphere: MachineWriter<VSphereMachine>,
-    proxmox: MachineWriter<ProxmoxMachine>,
-    libvirt: MachineWriter<LibvirtMachine>,
-    cloud_hypervisor: MachineWriter<CloudHypervisorMachine>,
-}
-
-/// The subscriptions to the shared infra machine watches, handed out once.
-pub(crate) struct InfraFeeds {
-    pub vsphere: MachineFeeds<VSphereMachine>,
-    pub proxmox: MachineFeeds<ProxmoxMachine>,
-    pub libvirt: MachineFeeds<LibvirtMachine>,
-    pub cloud_hypervisor: MachineFeeds<CloudHypervisorMachine>,
 }
 
 /// Shared by every reconciler.
@@ -197,6 +173,8 @@ pub(crate) struct Context {
     pub metrics: Arc<Metrics>,
     pub readiness: Readiness,
     pub backends: BackendCache,
+    /// The registered machine kinds, and which class builds each.
+    pub kinds: KindTable,
     pub stores: Stores,
     /// The VirtualMachine controller's own cache (siblings for anti-affinity and spread).
     pub vms: OnceLock<Store<VirtualMachine>>,
@@ -222,8 +200,8 @@ pub(crate) struct Context {
 }
 
 impl Context {
-    /// A context, and the subscriptions its shared infra machine watches will feed
-    /// once [`Context::start_stores`] runs.
+    /// A context, with an empty cache for every registered machine kind; the caches
+    /// fill once [`Context::start_stores`] runs.
     pub fn new(
         client: Client,
         registry: BackendRegistry,
@@ -231,31 +209,20 @@ impl Context {
         metrics: Arc<Metrics>,
         readiness: Readiness,
         capi_installed: bool,
-    ) -> (Arc<Self>, InfraFeeds) {
+    ) -> Arc<Self> {
         let (providers, providers_w) = reflector::store();
         let (classes, classes_w) = reflector::store();
         let (images, images_w) = reflector::store();
-        let (vsphere, vsphere_w) = reflector::store();
-        let (proxmox, proxmox_w) = reflector::store();
-        let (libvirt, libvirt_w) = reflector::store();
-        let (cloud_hypervisor, cloud_hypervisor_w) = reflector::store();
-        let (vsphere_s, vsphere_f) = machine_feeds();
-        let (proxmox_s, proxmox_f) = machine_feeds();
-        let (libvirt_s, libvirt_f) = machine_feeds();
-        let (cloud_hypervisor_s, cloud_hypervisor_f) = machine_feeds();
-        let feeds = InfraFeeds {
-            vsphere: vsphere_f,
-            proxmox: proxmox_f,
-            libvirt: libvirt_f,
-            cloud_hypervisor: cloud_hypervisor_f,
-        };
+        let kinds = registry.kinds().clone();
+        let machines = kinds.entries().iter().map(|e| e.runtime.slot()).collect();
         let reporter = Reporter {
             controller: "banlieue".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
-        let context = Arc::new(Self {
+        Arc::new(Self {
             events: super::events::Events::new(client.clone(), reporter),
             backends: BackendCache::new(registry, metrics.clone()),
+            kinds,
             client,
             settings,
             metrics,
@@ -264,10 +231,7 @@ impl Context {
                 providers,
                 classes,
                 images,
-                vsphere,
-                proxmox,
-                libvirt,
-                cloud_hypervisor,
+                machines,
             },
             vms: OnceLock::new(),
             placements: Mutex::new(Placements::default()),
@@ -280,14 +244,9 @@ impl Context {
                 providers: providers_w,
                 classes: classes_w,
                 images: images_w,
-                vsphere: (vsphere_w, vsphere_s),
-                proxmox: (proxmox_w, proxmox_s),
-                libvirt: (libvirt_w, libvirt_s),
-                cloud_hypervisor: (cloud_hypervisor_w, cloud_hypervisor_s),
             })),
             failures: Mutex::new(HashMap::new()),
-        });
-        (context, feeds)
+        })
     }
 
     /// Feeds the shared stores until `shutdown`; counts as synced once all have listed.
@@ -300,12 +259,7 @@ impl Context {
         };
         let client = &self.client;
         let settings = &self.settings;
-        let namespaced_filtered = watch::filtered(settings);
-        let (synced_vsphere, vsphere_synced) = oneshot::channel();
-        let (synced_proxmox, proxmox_synced) = oneshot::channel();
-        let (synced_libvirt, libvirt_synced) = oneshot::channel();
-        let (synced_cloud_hypervisor, cloud_hypervisor_synced) = oneshot::channel();
-        let tasks: Vec<futures::future::BoxFuture<'static, ()>> = vec![
+        let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = vec![
             feed(
                 watch::namespaced::<Provider>(client, settings),
                 watch::unfiltered(),
@@ -321,35 +275,14 @@ impl Context {
                 watch::unfiltered(),
                 w.images,
             ),
-            Box::pin(feed::run(
-                watch::namespaced::<VSphereMachine>(client, settings),
-                namespaced_filtered.clone(),
-                w.vsphere.0,
-                w.vsphere.1,
-                synced_vsphere,
-            )),
-            Box::pin(feed::run(
-                watch::namespaced::<ProxmoxMachine>(client, settings),
-                namespaced_filtered.clone(),
-                w.proxmox.0,
-                w.proxmox.1,
-                synced_proxmox,
-            )),
-            Box::pin(feed::run(
-                watch::namespaced::<LibvirtMachine>(client, settings),
-                namespaced_filtered.clone(),
-                w.libvirt.0,
-                w.libvirt.1,
-                synced_libvirt,
-            )),
-            Box::pin(feed::run(
-                watch::namespaced::<CloudHypervisorMachine>(client, settings),
-                namespaced_filtered,
-                w.cloud_hypervisor.0,
-                w.cloud_hypervisor.1,
-                synced_cloud_hypervisor,
-            )),
         ];
+        let mut listed: Vec<oneshot::Receiver<()>> = Vec::new();
+        for kind in &self.stores.machines {
+            if let Some((watch, synced)) = kind.feed(client, settings) {
+                tasks.push(watch);
+                listed.push(synced);
+            }
+        }
         // kube's ready signal wakes only one waiter per store: the stores no controller
         // waits on are waited on here; the infra machine kinds' controllers wait on
         // theirs, so their feeds say when they have listed.
@@ -360,10 +293,9 @@ impl Context {
             let _ = stores.providers.wait_until_ready().await;
             let _ = stores.classes.wait_until_ready().await;
             let _ = stores.images.wait_until_ready().await;
-            let _ = vsphere_synced.await;
-            let _ = proxmox_synced.await;
-            let _ = libvirt_synced.await;
-            let _ = cloud_hypervisor_synced.await;
+            for synced in listed {
+                let _ = synced.await;
+            }
             context
                 .stores_synced
                 .store(true, std::sync::atomic::Ordering::SeqCst);

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
@@ -109,7 +108,7 @@ fn comparable(object: &Value) -> Value {
     serde_json::json!({"spec": spec, "labels": meta["labels"], "annotations": meta["annotations"]})
 }
 
-fn existing<K>(object: Arc<K>, owner_uid: &str) -> Option<Existing>
+pub(crate) fn existing<K>(object: Arc<K>, owner_uid: &str) -> Option<Existing>
 where
     K: Resource<DynamicType = ()> + InfraMachineRead + serde::Serialize,
 {
@@ -140,24 +139,11 @@ where
 
 /// The infra machines (of any kind) named `name` in `namespace` owned by the VM `uid`.
 pub(crate) fn find(ctx: &Context, namespace: &str, name: &str, uid: &str) -> Vec<Existing> {
-    let s = &ctx.stores;
-    [
-        s.vsphere
-            .get(&ObjectRef::new(name).within(namespace))
-            .and_then(|o| existing(o, uid)),
-        s.proxmox
-            .get(&ObjectRef::new(name).within(namespace))
-            .and_then(|o| existing(o, uid)),
-        s.libvirt
-            .get(&ObjectRef::new(name).within(namespace))
-            .and_then(|o| existing(o, uid)),
-        s.cloud_hypervisor
-            .get(&ObjectRef::new(name).within(namespace))
-            .and_then(|o| existing(o, uid)),
-    ]
-    .into_iter()
-    .flatten()
-    .collect()
+    ctx.stores
+        .machines
+        .iter()
+        .filter_map(|kind| kind.find(namespace, name, uid))
+        .collect()
 }
 
 fn api(ctx: &Context, kind: InfraMachineKind, namespace: &str) -> Api<DynamicObject> {
@@ -179,25 +165,12 @@ pub(crate) fn copied_request(
     machine: &Existing,
     instance_id: String,
 ) -> Option<MachineRequest> {
-    let s = &ctx.stores;
-    let spec = match machine.kind {
-        InfraMachineKind::VSphere => s
-            .vsphere
-            .get(&ObjectRef::new(&machine.name).within(namespace))
-            .map(|m| m.backend_spec()),
-        InfraMachineKind::Proxmox => s
-            .proxmox
-            .get(&ObjectRef::new(&machine.name).within(namespace))
-            .map(|m| m.backend_spec()),
-        InfraMachineKind::Libvirt => s
-            .libvirt
-            .get(&ObjectRef::new(&machine.name).within(namespace))
-            .map(|m| m.backend_spec()),
-        InfraMachineKind::CloudHypervisor => s
-            .cloud_hypervisor
-            .get(&ObjectRef::new(&machine.name).within(namespace))
-            .map(|m| m.backend_spec()),
-    }?;
+    let spec = ctx
+        .stores
+        .machines
+        .iter()
+        .find(|kind| kind.kind() == machine.kind)?
+        .backend_spec(namespace, &machine.name)?;
     Some(MachineRequest {
         identity: machine.identity(namespace),
         spec,

@@ -1,7 +1,8 @@
 //! banlieue's controllers (feature `controllers`): Provider, VirtualMachine, VMImage,
-//! and the Cluster API side: one generic controller per infrastructure machine kind,
-//! per InfraCluster kind (failure domains across Providers) and per machine template
-//! kind (capacity for scale-from-zero).
+//! and the Cluster API side: one generic controller per registered infrastructure
+//! machine kind (the registry's [`crate::contract::KindTable`]), and for banlieue's own
+//! kinds one per InfraCluster kind (failure domains across Providers) and per machine
+//! template kind (capacity for scale-from-zero).
 //!
 //! Each reconciler is thin: it fetches, calls the pure functions of
 //! [`crate::scheduling`], [`crate::build`] and [`crate::status`], applies what it
@@ -34,6 +35,7 @@ mod expected;
 mod feed;
 mod image;
 mod infra;
+pub(crate) mod kinds;
 mod machine;
 mod metrics;
 mod object;
@@ -154,7 +156,7 @@ pub async fn run(
         capi_installed,
         "Cluster API cluster.x-k8s.io/v1beta2 served"
     );
-    let (ctx, feeds) = context::Context::new(
+    let ctx = context::Context::new(
         client,
         registry,
         settings,
@@ -162,81 +164,21 @@ pub async fn run(
         readiness.clone(),
         capi_installed,
     );
-    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    tracing::info!(
+        kinds = ?ctx.kinds.kinds().map(|k| k.kind()).collect::<Vec<_>>(),
+        "infrastructure machine kinds served"
+    );
+    let shutdown: kinds::Shutdown =
+        futures::future::FutureExt::shared(Box::pin(shutdown) as std::pin::Pin<Box<_>>);
     let mut tasks: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
         Box::pin(ctx.clone().start_stores(shutdown.clone())),
         Box::pin(provider::run(ctx.clone(), shutdown.clone())),
-        Box::pin(virtual_machine::run(
-            ctx.clone(),
-            virtual_machine::Owned {
-                vsphere: feeds.vsphere.owner,
-                proxmox: feeds.proxmox.owner,
-                libvirt: feeds.libvirt.owner,
-                cloud_hypervisor: feeds.cloud_hypervisor.owner,
-            },
-            shutdown.clone(),
-        )),
+        Box::pin(virtual_machine::run(ctx.clone(), shutdown.clone())),
         Box::pin(image::run(ctx.clone(), shutdown.clone())),
     ];
-    // Every infra machine kind, on its shared watch (see `feed`).
-    let stores = ctx.stores.clone();
-    tasks.push(Box::pin(machine::run(
-        ctx.clone(),
-        feeds.vsphere.controller,
-        stores.vsphere,
-        shutdown.clone(),
-    )));
-    tasks.push(Box::pin(machine::run(
-        ctx.clone(),
-        feeds.proxmox.controller,
-        stores.proxmox,
-        shutdown.clone(),
-    )));
-    tasks.push(Box::pin(machine::run(
-        ctx.clone(),
-        feeds.libvirt.controller,
-        stores.libvirt,
-        shutdown.clone(),
-    )));
-    tasks.push(Box::pin(machine::run(
-        ctx.clone(),
-        feeds.cloud_hypervisor.controller,
-        stores.cloud_hypervisor,
-        shutdown.clone(),
-    )));
-    {
-        use crate::api::infra::{cloud_hypervisor as ch, libvirt, proxmox, vsphere};
-        tasks.push(Box::pin(cluster::run::<vsphere::VSphereCluster>(
-            ctx.clone(),
-            shutdown.clone(),
-        )));
-        tasks.push(Box::pin(cluster::run::<proxmox::ProxmoxCluster>(
-            ctx.clone(),
-            shutdown.clone(),
-        )));
-        tasks.push(Box::pin(cluster::run::<libvirt::LibvirtCluster>(
-            ctx.clone(),
-            shutdown.clone(),
-        )));
-        tasks.push(Box::pin(cluster::run::<ch::CloudHypervisorCluster>(
-            ctx.clone(),
-            shutdown.clone(),
-        )));
-        tasks.push(Box::pin(template::run::<vsphere::VSphereMachineTemplate>(
-            ctx.clone(),
-            shutdown.clone(),
-        )));
-        tasks.push(Box::pin(template::run::<proxmox::ProxmoxMachineTemplate>(
-            ctx.clone(),
-            shutdown.clone(),
-        )));
-        tasks.push(Box::pin(template::run::<libvirt::LibvirtMachineTemplate>(
-            ctx.clone(),
-            shutdown.clone(),
-        )));
-        tasks.push(Box::pin(
-            template::run::<ch::CloudHypervisorMachineTemplate>(ctx.clone(), shutdown.clone()),
-        ));
+    // Every registered infra machine kind, on its shared watch (see `feed`).
+    for kind in &ctx.stores.machines {
+        tasks.extend(kind.controllers(ctx.clone(), shutdown.clone()));
     }
     // Ready once the shared caches (Providers, classes, images, every infra kind) have
     // listed; the controllers watch the same kinds.

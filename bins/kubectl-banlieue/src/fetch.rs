@@ -165,7 +165,7 @@ async fn machine(
     let by_reference = named.is_some();
     let candidates: Vec<(InfraMachineKind, String)> = match named {
         Some(one) => vec![one],
-        None => InfraMachineKind::ALL
+        None => InfraMachineKind::BUILT_IN
             .into_iter()
             .map(|k| (k, vm.name_any()))
             .collect(),

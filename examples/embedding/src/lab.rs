@@ -1,5 +1,6 @@
-//! `Lab`: a backend of the embedding operator's own. A real one would call an
-//! internal API; this one keeps machines in memory and boots them instantly.
+//! `Lab`: a backend of the embedding operator's own, for Providers of class `lab`,
+//! building [`LabMachine`]s. A real one would call an internal API; this one keeps
+//! machines in memory and boots them instantly.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,7 +11,10 @@ use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, BackendFactory, Connection, Deletion, FailureDomainInventory,
     ImageLookup, ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest,
+    MachineSpec,
 };
+
+use crate::machine::{LabMachine, LabMachineSpec};
 
 /// Creates [`Lab`] backends; machines are shared by every Provider it serves.
 #[derive(Default)]
@@ -20,10 +24,10 @@ pub struct LabFactory {
 
 impl BackendFactory for LabFactory {
     fn connect(&self, connection: &Connection) -> Result<Arc<dyn Backend>, BackendError> {
-        if !connection.endpoint.starts_with("qemu") {
+        if !connection.endpoint.starts_with("lab://") {
             return Err(BackendError::terminal(
                 "InvalidEndpoint",
-                "the lab serves qemu:// endpoints only",
+                "the lab serves lab:// endpoints only",
             ));
         }
         Ok(Arc::new(Lab {
@@ -37,10 +41,22 @@ pub struct Lab {
     machines: Arc<Mutex<HashMap<String, PowerState>>>,
 }
 
+/// The `LabMachine` spec a request carries, or a terminal error naming the kind it is.
+fn lab_spec(request: &MachineRequest) -> Result<LabMachineSpec, BackendError> {
+    use banlieue_sdk::contract::InfraMachineRead;
+    match &request.spec {
+        MachineSpec::Custom(spec) if spec.kind == LabMachine::KIND => spec.decode(),
+        other => Err(BackendError::terminal(
+            "UnsupportedMachineKind",
+            format!("the lab serves LabMachines, not {}", other.kind()),
+        )),
+    }
+}
+
 impl Lab {
     fn observation(identity: &MachineIdentity, power: PowerState) -> MachineObservation {
         MachineObservation {
-            provider_id: Some(format!("libvirt://{}", identity.uid)),
+            provider_id: Some(format!("lab://{}", identity.uid)),
             power_state: Some(power),
             addresses: vec![MachineAddress {
                 type_: MachineAddressType::Hostname,
@@ -66,18 +82,31 @@ impl Backend for Lab {
     }
 
     async fn find_image(&self, sources: &ImageSourceSet) -> Result<ImageLookup, BackendError> {
-        Ok(match &sources.libvirt {
-            Some(_) => ImageLookup::Available {
-                resolved: "lab-image".into(),
+        Ok(
+            match sources
+                .other
+                .get(crate::CLASS)
+                .and_then(|s| s.get("volume"))
+            {
+                Some(volume) => ImageLookup::Available {
+                    resolved: format!("lab volume {volume}"),
+                },
+                None => ImageLookup::Missing {
+                    message: "no sources.other.lab.volume".into(),
+                },
             },
-            None => ImageLookup::Missing {
-                message: "no libvirt source".into(),
-            },
-        })
+        )
     }
 
     async fn ensure(&self, request: &MachineRequest) -> Result<MachineObservation, BackendError> {
-        let power = request.spec.power_state();
+        let spec = lab_spec(request)?;
+        if spec.volume.is_empty() {
+            return Err(BackendError::terminal(
+                "NoVolume",
+                "the LabMachine names no volume",
+            ));
+        }
+        let power = spec.power_state;
         self.machines
             .lock()
             .expect("lab")

@@ -2,20 +2,28 @@
 //!
 //! It runs banlieue's controllers (Provider, VirtualMachine, the infrastructure
 //! machines, VMImage) in its own process, next to a controller of its own, and serves
-//! `libvirt`-class Providers with a backend it brings itself (`lab::Lab`, an in-memory
-//! stand-in for, say, a company-internal VM API). The process around the controllers
+//! Providers of its own class, `lab`, with a backend it brings itself (`lab::Lab`, an
+//! in-memory stand-in for, say, a company-internal VM API) and a machine kind of its
+//! own (`machine::LabMachine`, whose CRD `crd` prints): no change to banlieue for
+//! either. Only the `LabMachine` controller runs: the kinds registered are the kinds
+//! served. The process around the controllers
 //! is `banlieue-runtime`'s, as in `banlieue run`: leader election on a Lease (run two
 //! replicas; one reconciles, the other stands by and takes over), `/healthz` and
 //! `/readyz` probes, and a graceful shutdown on SIGTERM that drains in-flight
 //! reconciles and releases the Lease.
 //!
-//! Run it against any cluster with banlieue's CRDs installed:
+//! Run it against any cluster with banlieue's CRDs and the `LabMachine` CRD installed
+//! (`cargo run -p banlieue-example-embedding -- crd | kubectl apply -f -`):
 //! `cargo run -p banlieue-example-embedding` (uses your kubeconfig). The environment
 //! tunes it: `HEALTH_ADDR` (e.g. `127.0.0.1:8081`; unset, no probe server),
 //! `LEASE_NAMESPACE` (default `default`), and `LEASE_DURATION`, `RENEW_DEADLINE`,
 //! `RETRY_PERIOD` (default `15s`, `10s`, `2s`).
 
 mod lab;
+mod machine;
+
+/// The backend class this operator serves.
+pub const CLASS: &str = "lab";
 
 use std::sync::Arc;
 
@@ -35,9 +43,21 @@ use kube::{Api, Client, ResourceExt};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // 1. Your backend, for the Provider class you choose.
+    if std::env::args().nth(1).as_deref() == Some("crd") {
+        use kube::CustomResourceExt;
+        print!(
+            "{}",
+            serde_json::to_string_pretty(&machine::LabMachine::crd())?
+        );
+        return Ok(());
+    }
+
+    // 1. Your backend and your machine kind, for a Provider class of your own.
+    let class = ProviderClass::new(CLASS)?;
     let mut registry = BackendRegistry::default();
-    registry.register(ProviderClass::Libvirt, Arc::new(lab::LabFactory::default()));
+    registry
+        .register(class, Arc::new(lab::LabFactory::default()))
+        .register_kind::<machine::LabMachine>(class);
 
     // 2. banlieue's controllers in banlieue's process: one leader among the replicas,
     //    probes, graceful shutdown.

@@ -1,6 +1,7 @@
 //! The example runs: its binary, against a real API server (the test suite's local
-//! control plane with banlieue's CRDs), serves a `libvirt`-class Provider with its own
-//! lab backend and brings a VirtualMachine to Ready, and its own controller reports it.
+//! control plane with banlieue's CRDs, plus the example's own `LabMachine` CRD), serves
+//! a Provider of its own class `lab` with its own backend and machine kind, brings a
+//! VirtualMachine to Ready through a `LabMachine`, and its own controller reports it.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -8,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use banlieue_sdk::api::{Provider, VirtualMachine};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -30,9 +32,48 @@ fn ready(conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
+/// Installs the example's `LabMachine` CRD (as `crd` prints it) and waits until the
+/// API server serves it.
+async fn install_lab_machine_crd(client: kube::Client) {
+    let printed = Command::new(env!("CARGO_BIN_EXE_banlieue-example-embedding"))
+        .arg("crd")
+        .output()
+        .expect("print the LabMachine CRD");
+    assert!(printed.status.success(), "crd: {printed:?}");
+    let crd: CustomResourceDefinition =
+        serde_json::from_slice(&printed.stdout).expect("the printed CRD");
+    let crds: Api<CustomResourceDefinition> = Api::all(client);
+    let name = crd.metadata.name.clone().expect("the CRD's name");
+    crds.patch(
+        &name,
+        &PatchParams::apply("embedding-smoke").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("apply the LabMachine CRD");
+    let started = Instant::now();
+    loop {
+        let established = crds
+            .get(&name)
+            .await
+            .ok()
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return;
+        }
+        assert!(started.elapsed() < WAIT, "{name} never became Established");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn the_embedding_example_brings_a_virtual_machine_to_ready() {
+async fn the_embedding_example_brings_a_virtual_machine_to_ready_on_its_own_class_and_kind() {
     let ns = banlieue_testenv::namespace("embedding").await;
+    install_lab_machine_crd(ns.client.clone()).await;
     let mut child = Command::new(env!("CARGO_BIN_EXE_banlieue-example-embedding"))
         .env("KUBECONFIG", banlieue_testenv::kubeconfig_path())
         .stdout(Stdio::piped())
@@ -57,10 +98,11 @@ async fn the_embedding_example_brings_a_virtual_machine_to_ready() {
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage",
                "metadata": {"name": "embedding-image"},
                "spec": {"os": {"family": "linux", "distribution": "debian", "version": "13"},
-                        "sources": {"libvirt": {"volume": {"pool": "images", "name": "lab.qcow2"}}}}}),
+                        "sources": {"other": {"lab": {"volume": "debian-13.qcow2"}}}}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
                "metadata": {"name": "lab", "namespace": ns.name},
-               "spec": {"class": "libvirt", "connection": {"endpoint": "qemu:///lab"}}}),
+               "spec": {"class": "lab", "connection": {"endpoint": "lab://bench-room"},
+                        "failureDomains": [{"name": "lab", "location": {"bench": "b1"}}]}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
                "metadata": {"name": "hello", "namespace": ns.name},
                "spec": {"classRef": {"name": "embedding-small"},
@@ -116,21 +158,48 @@ async fn the_embedding_example_brings_a_virtual_machine_to_ready() {
     let placement = status.placement.expect("placement");
     assert_eq!(placement.provider, "lab");
     assert_eq!(placement.failure_domain.as_deref(), Some("lab"));
-    // The lab backend names machines after the infrastructure object's UID.
-    let machine = ns
-        .api::<banlieue_sdk::api::infra::libvirt::LibvirtMachine>()
-        .get("hello")
+    // The VM's machine is the example's own kind, built by the example's own code
+    // from the VM, its class, its image's `sources.other.lab` and its failure domain.
+    let reference = status
+        .infrastructure_ref
+        .clone()
+        .expect("infrastructureRef");
+    assert_eq!(
+        (reference.api_group.as_str(), reference.kind.as_str()),
+        ("infrastructure.banlieue.io", "LabMachine")
+    );
+    let lab_machines = Api::<kube::api::DynamicObject>::namespaced_with(
+        ns.client.clone(),
+        &ns.name,
+        &kube::api::ApiResource {
+            group: "infrastructure.banlieue.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "infrastructure.banlieue.io/v1alpha1".into(),
+            kind: "LabMachine".into(),
+            plural: "labmachines".into(),
+        },
+    );
+    let machine = lab_machines
+        .get(&reference.name)
         .await
-        .expect("the VirtualMachine's LibvirtMachine");
+        .expect("the VirtualMachine's LabMachine");
+    let spec = &machine.data["spec"];
+    assert_eq!(spec["volume"], "debian-13.qcow2");
+    assert_eq!(spec["bench"], "b1");
+    assert_eq!(
+        (spec["cpus"].as_u64(), spec["memoryMiB"].as_u64()),
+        (Some(1), Some(512))
+    );
+    assert_eq!(
+        machine.data["status"]["initialization"]["provisioned"],
+        true
+    );
+    // The lab backend names machines after the infrastructure object's UID.
+    let uid = machine.metadata.uid.clone().unwrap_or_default();
+    assert_eq!(spec["providerID"], format!("lab://{uid}").as_str());
     assert_eq!(
         status.provider_id.as_deref(),
-        Some(
-            format!(
-                "libvirt://{}",
-                machine.metadata.uid.clone().unwrap_or_default()
-            )
-            .as_str()
-        )
+        Some(format!("lab://{uid}").as_str())
     );
 
     // The example's own controller, next to banlieue's, saw it running.

@@ -20,14 +20,10 @@ mod plan;
 
 use super::bootstrap;
 use super::context::{Context, key_of};
-use super::feed::Subscription;
 use super::infra::{self, Existing};
+use super::kinds::Shutdown;
 use super::status_patch::status_patch;
 use super::{VIRTUAL_MACHINE_FINALIZER, watch};
-use crate::api::infra::{
-    cloud_hypervisor::CloudHypervisorMachine, libvirt::LibvirtMachine, proxmox::ProxmoxMachine,
-    vsphere::VSphereMachine,
-};
 use crate::api::virtual_machine::{MigrationStrategy, ScheduledPlacement};
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
 use crate::build::{self, machine_kind};
@@ -51,19 +47,7 @@ pub(crate) enum Error {
     WaitingForInfra,
 }
 
-/// The infra machines a VM owns, as the shared watches feed them (see `feed`).
-pub(crate) struct Owned {
-    pub vsphere: Subscription<VSphereMachine>,
-    pub proxmox: Subscription<ProxmoxMachine>,
-    pub libvirt: Subscription<LibvirtMachine>,
-    pub cloud_hypervisor: Subscription<CloudHypervisorMachine>,
-}
-
-pub(crate) async fn run(
-    ctx: Arc<Context>,
-    owned: Owned,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
+pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let client = &ctx.client;
     let settings = &ctx.settings;
     let controller = watch::controller(
@@ -74,11 +58,14 @@ pub(crate) async fn run(
     let _ = ctx.vms.set(controller.store());
     let (by_class, by_image, by_provider) =
         (controller.store(), controller.store(), controller.store());
+    // Woken by the infra machines it owns, of every registered kind, as the shared
+    // watches feed them (see `feed`).
+    let controller = ctx
+        .stores
+        .machines
+        .iter()
+        .fold(controller, |controller, kind| kind.owned_by(controller));
     controller
-        .owns_stream(owned.vsphere.into_stream())
-        .owns_stream(owned.proxmox.into_stream())
-        .owns_stream(owned.libvirt.into_stream())
-        .owns_stream(owned.cloud_hypervisor.into_stream())
         .watches(
             Api::<VMClass>::all(client.clone()),
             watch::unfiltered(),
@@ -207,6 +194,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         decision,
         providers: &providers,
         copying: vm.spec.migration.strategy == MigrationStrategy::CopyDisk,
+        kinds: &ctx.kinds,
     });
     let (target, provider, stale) = match planned {
         Placement::Requeue(after) => return Ok(Action::requeue(after)),
@@ -256,14 +244,17 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             )));
         }
     };
-    let built = build::infra_machine(&build::Input {
-        vm,
-        class: &class.spec,
-        image: image.as_ref(),
-        provider,
-        target: &target,
-        bootstrap_secret: bootstrap_secret.as_deref(),
-    });
+    let built = build::infra_machine(
+        &build::Input {
+            vm,
+            class: &class.spec,
+            image: image.as_ref(),
+            provider,
+            target: &target,
+            bootstrap_secret: bootstrap_secret.as_deref(),
+        },
+        &ctx.kinds,
+    );
     let mut built = match built {
         Ok(built) => built,
         Err(error) => {
@@ -555,17 +546,13 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::await_change());
     }
     let existing = infra::find(ctx, &namespace, &vm.name_any(), &uid);
-    let mut remaining = false;
-    for kind in crate::contract::InfraMachineKind::ALL {
-        let found = existing.iter().find(|e| e.kind == kind);
-        if let Some(e) = found {
-            remaining = true;
-            if !e.deleting {
-                infra::delete(ctx, &namespace, e).await?;
-                ctx.metrics.wrote(NAME);
-            } else if delete_failed(e) {
-                report_deleting(vm, ctx, e).await?;
-            }
+    let remaining = !existing.is_empty();
+    for e in &existing {
+        if !e.deleting {
+            infra::delete(ctx, &namespace, e).await?;
+            ctx.metrics.wrote(NAME);
+        } else if delete_failed(e) {
+            report_deleting(vm, ctx, e).await?;
         }
     }
     // The cache may not show a machine made moments ago: ask the API server too, about
@@ -632,7 +619,8 @@ fn possible_kinds(
     let status = vm.status.as_ref();
     let referenced = status
         .and_then(|s| s.infrastructure_ref.as_ref())
-        .and_then(|r| crate::contract::InfraMachineKind::from_kind(&r.kind));
+        .and_then(|r| ctx.kinds.get(&r.kind))
+        .map(|entry| entry.kind());
     let placed = status
         .and_then(|s| s.placement.as_ref())
         .or(ledger)
@@ -641,11 +629,11 @@ fn possible_kinds(
                 .providers
                 .get(&ObjectRef::new(&p.provider).within(&vm.namespace().unwrap_or_default()))
         })
-        .and_then(|provider| machine_kind(&provider).ok());
+        .and_then(|provider| machine_kind(&provider, &ctx.kinds).ok());
     let mut kinds: Vec<_> = referenced.into_iter().chain(placed).collect();
     kinds.dedup();
     if kinds.is_empty() {
-        kinds = crate::contract::InfraMachineKind::ALL.to_vec();
+        kinds = ctx.kinds.kinds().collect();
     }
     kinds
 }

@@ -10,6 +10,7 @@ use kube::ResourceExt;
 
 use crate::api::Provider;
 use crate::build::machine_kind;
+use crate::contract::KindTable;
 use crate::controllers::infra::Existing;
 use crate::scheduling::Target;
 
@@ -40,6 +41,8 @@ pub(crate) struct Facts<'a> {
     pub providers: &'a [Provider],
     /// `spec.migration.strategy` is CopyDisk.
     pub copying: bool,
+    /// The registered machine kinds (which kind a Provider builds).
+    pub kinds: &'a KindTable,
 }
 
 /// What the reconciler does next, before building.
@@ -139,7 +142,7 @@ pub(crate) fn placement(facts: Facts<'_>) -> Placement<'_> {
         return Placement::Requeue(VANISHED_PROVIDER_RETRY);
     };
     // A machine elsewhere (another Provider or kind) must go before the new one comes.
-    let wanted_kind = machine_kind(provider).ok();
+    let wanted_kind = machine_kind(provider, facts.kinds).ok();
     let stale: Vec<usize> = facts
         .existing
         .iter()

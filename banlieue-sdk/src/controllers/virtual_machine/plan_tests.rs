@@ -4,7 +4,9 @@ use std::time::Duration;
 use super::*;
 use crate::api::common::ProviderClass;
 use crate::api::provider::{Connection, ProviderSpec};
-use crate::contract::InfraMachineKind;
+use crate::contract::{InfraMachineKind, KindTable};
+
+static KINDS: std::sync::LazyLock<KindTable> = std::sync::LazyLock::new(KindTable::built_in);
 
 fn provider(name: &str, class: ProviderClass) -> Provider {
     let mut p = Provider::new(
@@ -50,6 +52,7 @@ fn facts<'a>(existing: &'a [Existing], providers: &'a [Provider]) -> Facts<'a> {
         decision: Some(Ok(target("pve", ProviderClass::Proxmox))),
         providers,
         copying: false,
+        kinds: &KINDS,
     }
 }
 

@@ -1,0 +1,201 @@
+//! The runtime side of the kind table: for each registered machine kind, its shared
+//! watch and cache, its controller (and, for banlieue's own kinds, the InfraCluster and
+//! machine template controllers beside it), its place among the VirtualMachine
+//! controller's children, and the lookups every reconciler makes across kinds. Kinds
+//! are type-erased here, once, so nothing else lists them.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use futures::future::{BoxFuture, Shared};
+use kube::Client;
+use kube::runtime::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use tokio::sync::oneshot;
+
+use super::Settings;
+use super::context::{ClaimRank, Context, MachineSummary, claiming, on_provider, summaries};
+use super::feed::{self, MachineFeeds, Subscriber, Subscription, machine_feeds};
+use super::infra::{Existing, existing};
+use super::watch;
+use crate::api::VirtualMachine;
+use crate::backend::MachineSpec;
+use crate::contract::{InfraMachineKind, MachineKind};
+
+/// The shutdown signal every controller shares.
+pub(crate) type Shutdown = Shared<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>;
+
+/// How the runtime makes a kind's [`Slot`] (kept in the kind table's entry).
+#[derive(Clone, Copy)]
+pub(crate) struct Runtime {
+    slot: fn() -> Arc<dyn Slot>,
+}
+
+impl Runtime {
+    pub(crate) fn of<K: MachineKind>() -> Self {
+        Self {
+            slot: new_slot::<K>,
+        }
+    }
+
+    /// A new slot: an empty cache and the subscriptions its watch will feed.
+    pub(crate) fn slot(&self) -> Arc<dyn Slot> {
+        (self.slot)()
+    }
+}
+
+/// One registered machine kind at run time.
+pub(crate) trait Slot: Send + Sync {
+    /// Which kind.
+    fn kind(&self) -> InfraMachineKind;
+    /// The cached machine `namespace/name`, when the VM `owner_uid` owns it.
+    fn find(&self, namespace: &str, name: &str, owner_uid: &str) -> Option<Existing>;
+    /// The cached machine's spec as its backend receives it.
+    fn backend_spec(&self, namespace: &str, name: &str) -> Option<MachineSpec>;
+    /// The cached machines other than `uid` that claim provider ID `id`, ranked.
+    fn claiming(&self, id: &str, uid: &str) -> Vec<ClaimRank>;
+    /// The cached machines (`Kind/name`) on Provider `provider` of `namespace`.
+    fn on_provider(&self, namespace: &str, provider: &str) -> Vec<String>;
+    /// Every cached machine, reduced for failure-domain spreading.
+    fn summaries(&self) -> Vec<MachineSummary>;
+    /// The kind's shared watch, which feeds the cache and the subscriptions, and the
+    /// signal that it has listed once. `None` after the first call.
+    fn feed(
+        &self,
+        client: &Client,
+        settings: &Settings,
+    ) -> Option<(BoxFuture<'static, ()>, oneshot::Receiver<()>)>;
+    /// The kind's controllers. Empty after the first call.
+    fn controllers(&self, ctx: Arc<Context>, shutdown: Shutdown) -> Vec<BoxFuture<'static, ()>>;
+    /// `controller`, also woken by this kind's machines (their owner is a VM).
+    fn owned_by(&self, controller: Controller<VirtualMachine>) -> Controller<VirtualMachine>;
+}
+
+/// A kind's cache, and what is handed out once: the watch's writer and subscribers,
+/// and the two subscriptions (its own controller's, the VM controller's).
+struct Typed<K: MachineKind> {
+    store: Store<K>,
+    watch: Mutex<Option<Watch<K>>>,
+    controller: Mutex<Option<Subscription<K>>>,
+    owner: Mutex<Option<Subscription<K>>>,
+}
+
+/// A kind's watch before it starts: the cache's writer and whom it feeds.
+type Watch<K> = (reflector::store::Writer<K>, Vec<Subscriber<K>>);
+
+fn new_slot<K: MachineKind>() -> Arc<dyn Slot> {
+    let (store, writer) = reflector::store();
+    let (subscribers, MachineFeeds { controller, owner }) = machine_feeds();
+    Arc::new(Typed::<K> {
+        store,
+        watch: Mutex::new(Some((writer, subscribers))),
+        controller: Mutex::new(Some(controller)),
+        owner: Mutex::new(Some(owner)),
+    })
+}
+
+impl<K: MachineKind> Typed<K> {
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        self.store.get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+impl<K: MachineKind> Slot for Typed<K> {
+    fn kind(&self) -> InfraMachineKind {
+        K::KIND
+    }
+
+    fn find(&self, namespace: &str, name: &str, owner_uid: &str) -> Option<Existing> {
+        self.get(namespace, name)
+            .and_then(|m| existing(m, owner_uid))
+    }
+
+    fn backend_spec(&self, namespace: &str, name: &str) -> Option<MachineSpec> {
+        self.get(namespace, name).map(|m| m.backend_spec())
+    }
+
+    fn claiming(&self, id: &str, uid: &str) -> Vec<ClaimRank> {
+        claiming(&self.store, id, uid)
+    }
+
+    fn on_provider(&self, namespace: &str, provider: &str) -> Vec<String> {
+        on_provider(&self.store, namespace, provider)
+    }
+
+    fn summaries(&self) -> Vec<MachineSummary> {
+        summaries(&self.store).collect()
+    }
+
+    fn feed(
+        &self,
+        client: &Client,
+        settings: &Settings,
+    ) -> Option<(BoxFuture<'static, ()>, oneshot::Receiver<()>)> {
+        let (writer, subscribers) = self.watch.lock().expect("kind watch").take()?;
+        let (synced, listed) = oneshot::channel();
+        let watch = feed::run(
+            watch::namespaced::<K>(client, settings),
+            watch::filtered(settings),
+            writer,
+            subscribers,
+            synced,
+        );
+        Some((Box::pin(watch), listed))
+    }
+
+    fn controllers(&self, ctx: Arc<Context>, shutdown: Shutdown) -> Vec<BoxFuture<'static, ()>> {
+        let Some(feed) = self.controller.lock().expect("kind controller feed").take() else {
+            return Vec::new();
+        };
+        let mut tasks: Vec<BoxFuture<'static, ()>> = vec![Box::pin(super::machine::run::<K>(
+            ctx.clone(),
+            feed,
+            self.store.clone(),
+            shutdown.clone(),
+        ))];
+        tasks.extend(companions(K::KIND, &ctx, &shutdown));
+        tasks
+    }
+
+    fn owned_by(&self, controller: Controller<VirtualMachine>) -> Controller<VirtualMachine> {
+        match self.owner.lock().expect("kind owner feed").take() {
+            Some(owner) => controller.owns_stream(owner.into_stream()),
+            None => controller,
+        }
+    }
+}
+
+/// The InfraCluster and machine template controllers of banlieue's own kinds (a kind
+/// declared out of tree brings none: its machines are placed by the VM controller).
+fn companions(
+    kind: InfraMachineKind,
+    ctx: &Arc<Context>,
+    shutdown: &Shutdown,
+) -> Vec<BoxFuture<'static, ()>> {
+    use crate::api::infra::{cloud_hypervisor as ch, libvirt as lv, proxmox as px, vsphere as vs};
+    fn pair<C, T>(ctx: &Arc<Context>, shutdown: &Shutdown) -> Vec<BoxFuture<'static, ()>>
+    where
+        C: super::cluster::InfraCluster,
+        T: super::object::Namespaced + crate::contract::InfraTemplateRead,
+    {
+        vec![
+            Box::pin(super::cluster::run::<C>(ctx.clone(), shutdown.clone())),
+            Box::pin(super::template::run::<T>(ctx.clone(), shutdown.clone())),
+        ]
+    }
+    match kind {
+        k if k == InfraMachineKind::VSphere => {
+            pair::<vs::VSphereCluster, vs::VSphereMachineTemplate>(ctx, shutdown)
+        }
+        k if k == InfraMachineKind::Proxmox => {
+            pair::<px::ProxmoxCluster, px::ProxmoxMachineTemplate>(ctx, shutdown)
+        }
+        k if k == InfraMachineKind::Libvirt => {
+            pair::<lv::LibvirtCluster, lv::LibvirtMachineTemplate>(ctx, shutdown)
+        }
+        k if k == InfraMachineKind::CloudHypervisor => {
+            pair::<ch::CloudHypervisorCluster, ch::CloudHypervisorMachineTemplate>(ctx, shutdown)
+        }
+        _ => Vec::new(),
+    }
+}
