@@ -5,6 +5,7 @@
 //! - [`tls`] (feature `tls`): the rustls client configuration for a Provider's
 //!   connection (its CA bundle, the system's roots, or no verification when asked).
 //! - [`endpoint`]: an HTTPS endpoint normalised to its base URL.
+//! - [`error_chain`]: an error with its causes, for messages.
 //! - [`tasks`]: the task book, the operation in flight per machine, and what failed.
 //! - [`settings`]: reading `spec.settings` into one `InvalidSettings` error.
 //! - [`nocloud`]: a NIC's IPAM as a NoCloud seed's network interface.
@@ -12,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod endpoint;
+pub mod error_chain;
 pub mod nocloud;
 pub mod qemu_img;
 pub mod settings;

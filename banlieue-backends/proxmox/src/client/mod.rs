@@ -298,15 +298,7 @@ impl PveClient {
 }
 
 fn transport(error: reqwest::Error) -> PveError {
-    // reqwest's Display omits the cause chain (e.g. the TLS error); include it.
-    let mut message = error.to_string();
-    let mut source = std::error::Error::source(&error);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    PveError::Transport(message)
+    PveError::Transport(banlieue_kit::error_chain::with_causes(&error))
 }
 
 #[cfg(test)]

@@ -473,15 +473,7 @@ async fn read(response: reqwest::Response) -> Result<Element, VimError> {
 }
 
 fn transport(error: reqwest::Error) -> VimError {
-    // reqwest's Display omits the cause chain (e.g. the TLS error); include it.
-    let mut message = error.to_string();
-    let mut source = std::error::Error::source(&error);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    VimError::Transport(message)
+    VimError::Transport(banlieue_kit::error_chain::with_causes(&error))
 }
 
 #[cfg(test)]
