@@ -17,7 +17,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use super::context::{Context, key_of};
-use super::{capi, watch};
+use super::{capi, status_write, watch};
 use crate::api::Provider;
 use crate::build::machine_kind;
 use crate::capi::failure_domains::{ProviderDomains, Selection, aggregate};
@@ -226,24 +226,21 @@ async fn write_status<K: InfraCluster>(
     outcome: ClusterOutcome<'_>,
 ) -> Result<(), kube::Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let status = compute(
-        cluster.cluster_status(),
-        cluster.meta().generation,
-        outcome,
-        &now,
-    );
-    if cluster.cluster_status() == Some(&status) {
-        return Ok(());
-    }
+    let known = status_write::known(&ctx.written.clusters, cluster, cluster.cluster_status());
+    let status = compute(known.as_ref(), cluster.meta().generation, outcome, &now);
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
-    api.patch_status(
-        &cluster.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
+    let written = &ctx.written.clusters;
+    let metric = name::<K>();
+    status_write::write(
+        ctx,
+        &api,
+        cluster,
+        written,
+        (FIELD_MANAGER, &metric),
+        known.as_ref(),
+        status,
     )
     .await?;
-    ctx.metrics.wrote(&name::<K>());
     Ok(())
 }
 

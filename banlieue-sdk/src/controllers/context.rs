@@ -18,7 +18,8 @@ use super::kinds::Slot;
 use super::placements::Placements;
 use super::written::Written;
 use super::{Metrics, Readiness, Settings, watch};
-use crate::api::infra::MachineStatus;
+use crate::api::infra::{ClusterStatus, MachineStatus, MachineTemplateStatus};
+use crate::api::provider::ProviderStatus;
 use crate::api::virtual_machine::VirtualMachineStatus;
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
 use crate::backend::BackendRegistry;
@@ -158,6 +159,11 @@ pub(crate) struct WrittenStatuses {
     pub virtual_machines: Written<VirtualMachineStatus>,
     /// Every infra machine kind (uids do not collide across kinds).
     pub machines: Written<MachineStatus>,
+    pub providers: Written<ProviderStatus>,
+    /// Every InfraCluster kind.
+    pub clusters: Written<ClusterStatus>,
+    /// Every machine template kind.
+    pub templates: Written<MachineTemplateStatus>,
 }
 
 struct Writers {

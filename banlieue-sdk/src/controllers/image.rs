@@ -5,13 +5,14 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::context::Context;
+use super::status_write;
 use super::watch;
 use crate::api::vm_image::ImageAvailability;
 use crate::api::{Provider, VMImage};
@@ -112,15 +113,9 @@ async fn reconcile(image: Arc<VMImage>, ctx: Arc<Context>) -> Result<Action, Err
                 .cloned()
                 .collect();
             if mine != rows {
-                let patch = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "status": {"providers": rows}});
                 let manager = format!("{FIELD_MANAGER}-{namespace}");
-                api.patch_status(
-                    &image.name_any(),
-                    &PatchParams::apply(&manager).force(),
-                    &Patch::Apply(&patch),
-                )
-                .await?;
-                ctx.metrics.wrote(NAME);
+                let status = json!({ "providers": rows });
+                status_write::apply(&ctx, &api, image.as_ref(), (&manager, NAME), &status).await?;
             }
         }
         None => {
@@ -140,14 +135,8 @@ async fn reconcile(image: Arc<VMImage>, ctx: Arc<Context>) -> Result<Action, Err
                 Desired::new(types::READY, Status::from_bool(count > 0), reason).message(&message);
             conditions::set(&mut status.conditions, ready, generation, &now);
             if previous != status {
-                let patch = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "status": status});
-                api.patch_status(
-                    &image.name_any(),
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&patch),
-                )
-                .await?;
-                ctx.metrics.wrote(NAME);
+                status_write::apply(&ctx, &api, image.as_ref(), (FIELD_MANAGER, NAME), &status)
+                    .await?;
             }
         }
     }

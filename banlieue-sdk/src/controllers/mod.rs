@@ -42,6 +42,7 @@ mod object;
 mod placements;
 mod provider;
 mod status_patch;
+mod status_write;
 mod template;
 mod virtual_machine;
 mod watch;

@@ -8,16 +8,17 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{ResourceExt, runtime::finalizer};
-use serde_json::json;
 
 use super::context::{Context, key_of};
+use super::status_write;
 use super::watch;
 use crate::api::Provider;
+use crate::api::provider::ProviderStatus;
 use crate::conditions;
 use crate::status::provider::{Unreachable, compute};
 
@@ -143,7 +144,8 @@ async fn cleanup(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
     if !synced || !holders.is_empty() {
         let message = deletion_blocked(&holders, synced);
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let mut status = provider.status.clone().unwrap_or_default();
+        let known = status_write::known(&ctx.written.providers, provider, provider.status.as_ref());
+        let mut status = known.clone().unwrap_or_default();
         conditions::set(
             &mut status.conditions,
             conditions::Desired::new(
@@ -155,12 +157,12 @@ async fn cleanup(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
             provider.metadata.generation,
             &now,
         );
-        if provider.status.as_ref() != Some(&status) {
-            let first = provider.status.as_ref().is_none_or(|s| {
+        if known.as_ref() != Some(&status) {
+            let first = known.as_ref().is_none_or(|s| {
                 conditions::get(&s.conditions, conditions::types::READY)
                     .is_none_or(|c| c.reason != DELETION_BLOCKED)
             });
-            write_status(provider, ctx, &status).await?;
+            write_status(provider, ctx, known.as_ref(), status).await?;
             if first && synced {
                 ctx.event(
                     provider,
@@ -204,33 +206,38 @@ fn deletion_blocked(holders: &[String], synced: bool) -> String {
     )
 }
 
+/// Writes `status` over `known` (see [`status_write`]); whether it wrote.
 async fn write_status(
     provider: &Provider,
     ctx: &Context,
-    status: &crate::api::provider::ProviderStatus,
-) -> Result<(), Error> {
+    known: Option<&ProviderStatus>,
+    status: ProviderStatus,
+) -> Result<bool, Error> {
     let api: Api<Provider> = Api::namespaced(
         ctx.client.clone(),
         &provider.namespace().unwrap_or_default(),
     );
-    let patch = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "status": status});
-    api.patch_status(
-        &provider.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
+    let written = &ctx.written.providers;
+    Ok(status_write::write(
+        ctx,
+        &api,
+        provider,
+        written,
+        (FIELD_MANAGER, NAME),
+        known,
+        status,
     )
-    .await?;
-    ctx.metrics.wrote(NAME);
-    Ok(())
+    .await?)
 }
 
 async fn apply(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let generation = provider.metadata.generation;
+    let known = status_write::known(&ctx.written.providers, provider, provider.status.as_ref());
     let (status, requeue) = match ctx.backends.refresh(&ctx.client, provider).await {
         Err(unreachable) => (
             compute(
-                provider.status.as_ref(),
+                known.as_ref(),
                 &provider.spec,
                 generation,
                 Err(&unreachable),
@@ -241,7 +248,7 @@ async fn apply(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
         Ok(backend) => match backend.check().await {
             Ok(inventory) => (
                 compute(
-                    provider.status.as_ref(),
+                    known.as_ref(),
                     &provider.spec,
                     generation,
                     Ok((&inventory, &backend.capabilities())),
@@ -257,7 +264,7 @@ async fn apply(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
                 let retry = error.is_transient().then(|| ctx.backoff(&key_of(provider)));
                 (
                     compute(
-                        provider.status.as_ref(),
+                        known.as_ref(),
                         &provider.spec,
                         generation,
                         Err(&unreachable),
@@ -272,18 +279,16 @@ async fn apply(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
     if ready {
         ctx.succeeded(&key_of(provider));
     }
-    if provider.status.as_ref() != Some(&status) {
-        let before = provider
-            .status
-            .as_ref()
-            .and_then(|s| conditions::get(&s.conditions, conditions::types::READY))
-            .cloned();
-        write_status(provider, ctx, &status).await?;
-        let after = conditions::get(&status.conditions, conditions::types::READY);
-        if let (Some(type_), Some(c)) = (announcement(before.as_ref(), after), after) {
-            ctx.event(provider, type_, &c.reason, "Check", c.message.clone())
-                .await;
-        }
+    let before = known
+        .as_ref()
+        .and_then(|s| conditions::get(&s.conditions, conditions::types::READY))
+        .cloned();
+    let after = conditions::get(&status.conditions, conditions::types::READY).cloned();
+    if write_status(provider, ctx, known.as_ref(), status).await?
+        && let (Some(type_), Some(c)) = (announcement(before.as_ref(), after.as_ref()), after)
+    {
+        ctx.event(provider, type_, &c.reason, "Check", c.message.clone())
+            .await;
     }
     Ok(match requeue {
         Some(after) => Action::requeue(after),

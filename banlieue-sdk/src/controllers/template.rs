@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
-use serde_json::json;
 
 use super::context::{Context, key_of};
+use super::status_write;
 use super::watch;
 use crate::capi::capacity::template_status;
 use crate::contract::InfraTemplateRead;
@@ -31,13 +31,25 @@ pub(crate) async fn run<K>(
         .graceful_shutdown_on(shutdown)
         .run(
             |template: Arc<K>, ctx: Arc<Context>| async move {
-                let status = template_status(template.template_status(), template.sizing());
-                if template.template_status() != Some(&status) {
-                    let api: Api<K> = Api::namespaced(ctx.client.clone(), &template.namespace().unwrap_or_default());
-                    let patch = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
-                    api.patch_status(&template.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-                        .await?;
-                }
+                let written = &ctx.written.templates;
+                let known =
+                    status_write::known(written, template.as_ref(), template.template_status());
+                let status = template_status(known.as_ref(), template.sizing());
+                let api: Api<K> = Api::namespaced(
+                    ctx.client.clone(),
+                    &template.namespace().unwrap_or_default(),
+                );
+                let manager = (FIELD_MANAGER, "machinetemplate");
+                status_write::write(
+                    &ctx,
+                    &api,
+                    template.as_ref(),
+                    written,
+                    manager,
+                    known.as_ref(),
+                    status,
+                )
+                .await?;
                 Ok::<_, kube::Error>(Action::await_change())
             },
             |template: Arc<K>, error: &kube::Error, ctx: Arc<Context>| {

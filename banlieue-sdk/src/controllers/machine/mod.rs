@@ -36,7 +36,7 @@ mod plan;
 use super::MACHINE_FINALIZER;
 use super::context::{Context, key_of};
 use super::feed::Subscription;
-use super::status_patch::status_patch;
+use super::status_write;
 use super::watch;
 use crate::api::Provider;
 use crate::api::common::BootstrapFormat;
@@ -687,12 +687,7 @@ async fn write_status<K: Machine>(
     reported_failure_domain: Option<&str>,
 ) -> Result<(), Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let uid = machine.uid().unwrap_or_default();
-    let previous = ctx.written.machines.latest(
-        &uid,
-        machine.resource_version().as_deref(),
-        machine.machine_status(),
-    );
+    let previous = status_write::known(&ctx.written.machines, machine, machine.machine_status());
     let mut status = compute(
         previous.as_ref(),
         machine.desired_power_state(),
@@ -703,25 +698,19 @@ async fn write_status<K: Machine>(
     if let Some(name) = reported_failure_domain {
         status.failure_domain = Some(name.to_owned());
     }
-    if previous.as_ref() == Some(&status) {
-        return Ok(());
-    }
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
-    let patch = status_patch(previous.as_ref(), &status);
-    let written = api
-        .patch_status(
-            &machine.name_any(),
-            &PatchParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..PatchParams::default()
-            },
-            &Patch::Merge(&patch),
-        )
-        .await?;
-    ctx.metrics.wrote(&name::<K>());
-    ctx.written
-        .machines
-        .remember(&uid, written.resource_version(), status);
+    let written = &ctx.written.machines;
+    let manager = (FIELD_MANAGER, name::<K>());
+    status_write::write(
+        ctx,
+        &api,
+        machine,
+        written,
+        (manager.0, &manager.1),
+        previous.as_ref(),
+        status,
+    )
+    .await?;
     Ok(())
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer;
@@ -22,7 +22,7 @@ use super::bootstrap;
 use super::context::{Context, key_of};
 use super::infra::{self, Existing};
 use super::kinds::Shutdown;
-use super::status_patch::status_patch;
+use super::status_write;
 use super::{VIRTUAL_MACHINE_FINALIZER, watch};
 use crate::api::virtual_machine::{MigrationStrategy, ScheduledPlacement};
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
@@ -619,8 +619,11 @@ fn possible_kinds(
     let status = vm.status.as_ref();
     let referenced = status
         .and_then(|s| s.infrastructure_ref.as_ref())
-        .and_then(|r| ctx.kinds.get(&r.kind))
-        .map(|entry| entry.kind());
+        .and_then(|r| {
+            // A built-in kind this build does not serve still holds the VM back.
+            (ctx.kinds.get(&r.kind).map(|entry| entry.kind()))
+                .or_else(|| crate::contract::InfraMachineKind::from_kind(&r.kind))
+        });
     let placed = status
         .and_then(|s| s.placement.as_ref())
         .or(ledger)
@@ -659,34 +662,19 @@ async fn write_status(
         deleting: vm.meta().deletion_timestamp.is_some(),
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let uid = vm.uid().unwrap_or_default();
-    let previous = ctx.written.virtual_machines.latest(
-        &uid,
-        vm.resource_version().as_deref(),
-        vm.status.as_ref(),
-    );
+    let previous = status_write::known(&ctx.written.virtual_machines, vm, vm.status.as_ref());
     let status = compute(previous.as_ref(), &input, &now);
     let ready = conditions::is_true(&status.conditions, conditions::types::READY);
-    if previous.as_ref() == Some(&status) || !worth_writing(previous.as_ref(), &input) {
+    if !worth_writing(previous.as_ref(), &input) {
         return Ok(ready);
     }
     let api: Api<VirtualMachine> =
         Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
-    let patch = status_patch(previous.as_ref(), &status);
-    let written = api
-        .patch_status(
-            &vm.name_any(),
-            &PatchParams {
-                field_manager: Some(infra::FIELD_MANAGER.into()),
-                ..PatchParams::default()
-            },
-            &Patch::Merge(&patch),
-        )
-        .await?;
-    ctx.metrics.wrote(NAME);
-    ctx.written
-        .virtual_machines
-        .remember(&uid, written.resource_version(), status);
+    let written = &ctx.written.virtual_machines;
+    let manager = (infra::FIELD_MANAGER, NAME);
+    if !status_write::write(ctx, &api, vm, written, manager, previous.as_ref(), status).await? {
+        return Ok(ready);
+    }
     if let Scheduling::Unschedulable { reason, message } = outcome.scheduling {
         let already = previous
             .as_ref()
