@@ -84,7 +84,10 @@ fn string_for(schema: &Value) -> BoxedStrategy<Value> {
             // A pattern is the whole string's (anchored), as the API server reads it.
             let pattern = schema["pattern"].as_str().expect("pattern is a string");
             let inner = pattern.trim_start_matches('^').trim_end_matches('$');
-            let max = schema.get("maxLength").and_then(Value::as_u64).unwrap_or(64) as usize;
+            let max = schema
+                .get("maxLength")
+                .and_then(Value::as_u64)
+                .unwrap_or(64) as usize;
             proptest::string::string_regex(inner)
                 .expect("a pattern proptest can generate from")
                 .prop_filter("within maxLength", move |s| s.len() <= max)
