@@ -292,3 +292,30 @@ fn every_kind_serializes_with_its_api_version() {
         assert_eq!(json["apiVersion"], "infrastructure.banlieue.io/v1alpha1");
     }
 }
+
+#[test]
+fn a_provider_builds_only_kinds_this_operator_registered() {
+    let mut only_vsphere = KindTable::default();
+    only_vsphere.register_built_in(ProviderClass::Vsphere);
+    assert_eq!(
+        machine_kind(&provider(ProviderClass::Vsphere, &[]), &only_vsphere),
+        Ok(InfraMachineKind::VSphere)
+    );
+    let err = machine_kind(&provider(ProviderClass::Proxmox, &[]), &only_vsphere).unwrap_err();
+    assert_eq!(err.reason, "NoMachineKind");
+    assert!(err.message.contains("proxmox"), "{}", err.message);
+    let lab = ProviderClass::new("lab").unwrap();
+    let err = machine_kind(&provider(lab, &[]), &KindTable::built_in()).unwrap_err();
+    assert_eq!(
+        err.reason, "NoMachineKind",
+        "an unregistered class of its own"
+    );
+    // A sim Provider names one of the kinds registered, nothing else.
+    let err = machine_kind(
+        &provider(ProviderClass::Sim, &[("machineKind", "ProxmoxMachine")]),
+        &only_vsphere,
+    )
+    .unwrap_err();
+    assert_eq!(err.reason, "InvalidProviderSettings");
+    assert!(err.message.contains("VSphereMachine"), "{}", err.message);
+}

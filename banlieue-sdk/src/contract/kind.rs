@@ -158,3 +158,71 @@ impl KindTable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(table: &KindTable) -> Vec<&'static str> {
+        table.kinds().map(InfraMachineKind::kind).collect()
+    }
+
+    #[test]
+    fn a_built_in_class_registers_its_own_kind_and_sim_all_four() {
+        let mut table = KindTable::default();
+        table.register_built_in(ProviderClass::Vsphere);
+        assert_eq!(names(&table), ["VSphereMachine"]);
+        assert_eq!(
+            table.for_class(ProviderClass::Vsphere),
+            Some(InfraMachineKind::VSphere)
+        );
+        assert_eq!(table.for_class(ProviderClass::Proxmox), None);
+
+        table.register_built_in(ProviderClass::Sim);
+        assert_eq!(
+            names(&table),
+            [
+                "VSphereMachine",
+                "ProxmoxMachine",
+                "LibvirtMachine",
+                "CloudHypervisorMachine"
+            ],
+            "each kind once, in registration order"
+        );
+        assert_eq!(
+            table.for_class(ProviderClass::Sim),
+            None,
+            "sim builds the kind its setting names"
+        );
+        assert_eq!(
+            table.for_class(ProviderClass::Proxmox),
+            None,
+            "registered for sim is not registered for the proxmox class"
+        );
+    }
+
+    #[test]
+    fn a_class_of_its_own_registers_nothing_by_itself() {
+        let mut table = KindTable::default();
+        table.register_built_in(ProviderClass::new("lab").unwrap());
+        assert!(names(&table).is_empty());
+    }
+
+    #[test]
+    fn the_built_in_table_serves_every_built_in_class() {
+        let table = KindTable::built_in();
+        for (class, kind) in [
+            (ProviderClass::Vsphere, InfraMachineKind::VSphere),
+            (ProviderClass::Proxmox, InfraMachineKind::Proxmox),
+            (ProviderClass::Libvirt, InfraMachineKind::Libvirt),
+            (
+                ProviderClass::CloudHypervisor,
+                InfraMachineKind::CloudHypervisor,
+            ),
+        ] {
+            assert_eq!(table.for_class(class), Some(kind), "{class}");
+            assert!(table.get(kind.kind()).is_some());
+        }
+        assert!(table.get("LabMachine").is_none());
+    }
+}
