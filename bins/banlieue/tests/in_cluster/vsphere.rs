@@ -442,10 +442,22 @@ async fn vc_vms_not_ready(vms: &Api<VirtualMachine>) -> Option<(usize, Vec<Strin
                 .is_some_and(|r| r.name == "vc")
         })
         .collect();
+    // Each with the conditions that say why, so a failure names its cause.
     let not_ready = on_vc
         .iter()
         .filter(|v| !is_ready(v))
-        .map(|v| v.name_any())
+        .map(|v| {
+            let why: Vec<String> = v
+                .status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default()
+                .iter()
+                .filter(|c| c.status != "True")
+                .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+                .collect();
+            format!("{} ({})", v.name_any(), why.join("; "))
+        })
         .collect();
     Some((on_vc.len(), not_ready))
 }
