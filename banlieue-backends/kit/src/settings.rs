@@ -105,6 +105,66 @@ impl<'a> Settings<'a> {
     }
 }
 
+/// The pacing settings of a backend that drives long-running hypervisor tasks (clones,
+/// power operations), read under the same keys by every such backend:
+///
+/// | key | value | what |
+/// |---|---|---|
+/// | `taskPollInterval` | duration from 1ms to 300s | how soon to look at a running task again |
+/// | `shutdownTimeout` | duration up to 86400s (bare seconds too) | how long a guest shutdown may take before the VM is stopped |
+/// | `failedCloneBackoff` | duration up to 3600s | how long a failed clone is reported before it is tried again (a failure's status write re-triggers the reconcile at once, and a tight clone loop helps nobody) |
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use std::time::Duration;
+/// use banlieue_kit::settings::{Settings, TaskPacing};
+///
+/// let given = BTreeMap::from([("shutdownTimeout".to_string(), "2m".to_string())]);
+/// let mut settings = Settings::new(&given);
+/// let mut pacing = TaskPacing {
+///     task_poll_interval: Duration::from_secs(1),
+///     shutdown_timeout: Duration::from_secs(120),
+///     failed_clone_backoff: Duration::from_secs(60),
+/// };
+/// pacing.read(&mut settings);
+/// settings.finish().unwrap();
+/// assert_eq!(pacing.shutdown_timeout, Duration::from_secs(120));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskPacing {
+    /// `taskPollInterval`.
+    pub task_poll_interval: Duration,
+    /// `shutdownTimeout`.
+    pub shutdown_timeout: Duration,
+    /// `failedCloneBackoff`.
+    pub failed_clone_backoff: Duration,
+}
+
+impl TaskPacing {
+    /// Overwrites each field whose key is set (the values already there are the
+    /// backend's defaults); a bad value is recorded in `settings`.
+    pub fn read(&mut self, settings: &mut Settings<'_>) {
+        settings.duration(
+            "taskPollInterval",
+            Zero::Refused,
+            300,
+            &mut self.task_poll_interval,
+        );
+        settings.duration(
+            "shutdownTimeout",
+            Zero::Allowed,
+            86_400,
+            &mut self.shutdown_timeout,
+        );
+        settings.duration(
+            "failedCloneBackoff",
+            Zero::Allowed,
+            3600,
+            &mut self.failed_clone_backoff,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +238,44 @@ mod tests {
             "a bad value leaves the default"
         );
         assert!(on);
+    }
+
+    #[test]
+    fn task_pacing_reads_its_three_keys_and_names_a_bad_one() {
+        let defaults = TaskPacing {
+            task_poll_interval: Duration::from_secs(2),
+            shutdown_timeout: Duration::from_secs(120),
+            failed_clone_backoff: Duration::from_secs(60),
+        };
+        let good = given(&[
+            ("taskPollInterval", "250ms"),
+            ("shutdownTimeout", "30"),
+            ("failedCloneBackoff", "0s"),
+        ]);
+        let mut s = Settings::new(&good);
+        let mut pacing = defaults;
+        pacing.read(&mut s);
+        s.finish().unwrap();
+        assert_eq!(
+            pacing,
+            TaskPacing {
+                task_poll_interval: Duration::from_millis(250),
+                shutdown_timeout: Duration::from_secs(30),
+                failed_clone_backoff: Duration::ZERO,
+            }
+        );
+        let unset = given(&[]);
+        let mut s = Settings::new(&unset);
+        let mut pacing = defaults;
+        pacing.read(&mut s);
+        s.finish().unwrap();
+        assert_eq!(pacing, defaults, "unset keys keep the backend's defaults");
+        let bad = given(&[("taskPollInterval", "0"), ("shutdownTimeout", "2d")]);
+        let mut s = Settings::new(&bad);
+        let mut pacing = defaults;
+        pacing.read(&mut s);
+        let e = s.finish().unwrap_err();
+        assert!(e.message.contains("taskPollInterval") && e.message.contains("shutdownTimeout"));
+        assert_eq!(pacing, defaults);
     }
 }

@@ -103,7 +103,7 @@
 //! | key | value | default | meaning |
 //! |---|---|---|---|
 //! | `taskPollInterval` | `500ms`, `2s`, ... (at most 300s) | `2s` | how soon to look at a running task again |
-//! | `shutdownTimeout` | seconds | `120` | a shutdown's timeout before PVE stops the VM |
+//! | `shutdownTimeout` | duration (or bare seconds), at most 86400s; PVE gets whole seconds, rounded up | `120s` | a shutdown's timeout before PVE stops the VM |
 //! | `failedCloneBackoff` | duration, at most 3600s | `60s` | how long a failed clone is reported before it is tried again |
 //! | `cluster` | text | PVE's cluster name, else the first node's | the `banlieue.io/proxmox-cluster` label |
 //! | `vlans` | comma list of VLAN tags | none | published as resource `vlan` on every node (PVE cannot list the VLANs a bridge carries) |

@@ -3,23 +3,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use banlieue_kit::settings::{Settings, Zero};
+use banlieue_kit::settings::{Settings, TaskPacing};
 use banlieue_sdk::backend::BackendError;
 
 /// Parsed settings (see the crate docs for the table).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxmoxSettings {
-    /// How often to poll a running task (`taskPollInterval`, default 2s).
-    pub task_poll_interval: Duration,
-    /// Seconds a shutdown may take before PVE stops the VM (`shutdownTimeout`, default 120).
-    pub shutdown_timeout: u32,
+    /// `taskPollInterval` (default 2s), `shutdownTimeout` (how long a shutdown may
+    /// take before PVE stops the VM, default 120s; PVE takes whole seconds, so a
+    /// fraction is rounded up) and `failedCloneBackoff` (default 60s).
+    pub pacing: TaskPacing,
     /// The cluster name for the `banlieue.io/proxmox-cluster` label (`cluster`);
     /// default: PVE's own (`/cluster/status`), else the first node's name.
     pub cluster: Option<String>,
-    /// How long a failed clone is reported before the next attempt
-    /// (`failedCloneBackoff`, default 60s): a failure status write re-triggers the
-    /// reconcile at once, and a tight clone loop helps nobody.
-    pub failed_clone_backoff: Duration,
     /// VLAN tags the Provider offers (`vlans`, a comma list), published as resource
     /// `vlan` on every failure domain. PVE cannot list the VLANs a bridge carries.
     pub vlans: BTreeSet<String>,
@@ -31,9 +27,11 @@ pub struct ProxmoxSettings {
 impl Default for ProxmoxSettings {
     fn default() -> Self {
         Self {
-            task_poll_interval: Duration::from_secs(2),
-            shutdown_timeout: 120,
-            failed_clone_backoff: Duration::from_secs(60),
+            pacing: TaskPacing {
+                task_poll_interval: Duration::from_secs(2),
+                shutdown_timeout: Duration::from_secs(120),
+                failed_clone_backoff: Duration::from_secs(60),
+            },
             cluster: None,
             vlans: BTreeSet::new(),
             seed_storage: None,
@@ -47,24 +45,7 @@ impl ProxmoxSettings {
     pub fn parse(settings: &BTreeMap<String, String>) -> Result<Self, BackendError> {
         let mut parsed = Self::default();
         let mut read = Settings::new(settings);
-        read.duration(
-            "taskPollInterval",
-            Zero::Refused,
-            300,
-            &mut parsed.task_poll_interval,
-        );
-        read.duration(
-            "failedCloneBackoff",
-            Zero::Allowed,
-            3600,
-            &mut parsed.failed_clone_backoff,
-        );
-        if let Some(v) = settings.get("shutdownTimeout") {
-            match v.trim().trim_end_matches('s').parse() {
-                Ok(n) => parsed.shutdown_timeout = n,
-                Err(_) => read.bad(format!("shutdownTimeout {v:?} is not a number of seconds")),
-            }
-        }
+        parsed.pacing.read(&mut read);
         parsed.cluster = settings.get("cluster").cloned().filter(|c| !c.is_empty());
         parsed.seed_storage = settings
             .get("seedStorage")
@@ -83,6 +64,12 @@ impl ProxmoxSettings {
         read.finish()?;
         Ok(parsed)
     }
+
+    /// `shutdownTimeout` in PVE's whole seconds, rounded up (so `500ms` still waits).
+    pub fn shutdown_seconds(&self) -> u64 {
+        let t = self.pacing.shutdown_timeout;
+        t.as_secs() + u64::from(t.subsec_nanos() > 0)
+    }
 }
 
 #[cfg(test)]
@@ -100,8 +87,9 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(s.seed_storage.as_deref(), Some("isos"));
-        assert_eq!(s.task_poll_interval, Duration::from_millis(250));
-        assert_eq!(s.shutdown_timeout, 30);
+        assert_eq!(s.pacing.task_poll_interval, Duration::from_millis(250));
+        assert_eq!(s.pacing.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(s.shutdown_seconds(), 30);
         assert_eq!(s.vlans, BTreeSet::from(["10".into(), "20".into()]));
         let e = ProxmoxSettings::parse(&BTreeMap::from([
             ("taskPollInterval".into(), "soon".into()),

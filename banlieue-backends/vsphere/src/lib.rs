@@ -98,7 +98,7 @@
 //! | key | value | default | meaning |
 //! |---|---|---|---|
 //! | `taskPollInterval` | `500ms`, `2s`, ... (at most 300s) | `1s` | how soon to look at a running task again |
-//! | `shutdownTimeout` | duration, at most 3600s | `120s` | how long a guest shutdown may take before a power-off |
+//! | `shutdownTimeout` | duration, at most 86400s | `120s` | how long a guest shutdown may take before a power-off |
 //! | `failedCloneBackoff` | duration, at most 3600s | `60s` | how long a failed clone is reported before it is tried again |
 //! | `waitForAddress` | `true`/`false` | `true` | report `WaitingForAddress` until VMware Tools reports an IP |
 //! | `datacenter` | name | the only one | the datacenter when neither machine nor failure domain names one |

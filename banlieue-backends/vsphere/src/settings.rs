@@ -3,21 +3,16 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use banlieue_kit::settings::{Settings, Zero};
+use banlieue_kit::settings::{Settings, TaskPacing};
 use banlieue_sdk::backend::BackendError;
 
 /// Parsed settings (see the crate docs for the table).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VSphereSettings {
-    /// How soon to look at a running task again (`taskPollInterval`, default 1s).
-    pub task_poll_interval: Duration,
-    /// How long a guest shutdown may take before the VM is powered off
-    /// (`shutdownTimeout`, default 120s).
-    pub shutdown_timeout: Duration,
-    /// How long a failed clone is reported before the next attempt
-    /// (`failedCloneBackoff`, default 60s): a status write re-triggers the reconcile
-    /// at once, and a tight clone loop helps nobody.
-    pub failed_clone_backoff: Duration,
+    /// `taskPollInterval` (default 1s), `shutdownTimeout` (how long a guest shutdown
+    /// may take before the VM is powered off, default 120s) and `failedCloneBackoff`
+    /// (default 60s).
+    pub pacing: TaskPacing,
     /// Keep reporting `WaitingForAddress` until VMware Tools reports an IP
     /// (`waitForAddress`, default true), as CAPV does.
     pub wait_for_address: bool,
@@ -29,9 +24,11 @@ pub struct VSphereSettings {
 impl Default for VSphereSettings {
     fn default() -> Self {
         Self {
-            task_poll_interval: Duration::from_secs(1),
-            shutdown_timeout: Duration::from_secs(120),
-            failed_clone_backoff: Duration::from_secs(60),
+            pacing: TaskPacing {
+                task_poll_interval: Duration::from_secs(1),
+                shutdown_timeout: Duration::from_secs(120),
+                failed_clone_backoff: Duration::from_secs(60),
+            },
             wait_for_address: true,
             datacenter: None,
         }
@@ -44,24 +41,7 @@ impl VSphereSettings {
     pub fn parse(settings: &BTreeMap<String, String>) -> Result<Self, BackendError> {
         let mut parsed = Self::default();
         let mut read = Settings::new(settings);
-        read.duration(
-            "taskPollInterval",
-            Zero::Refused,
-            300,
-            &mut parsed.task_poll_interval,
-        );
-        read.duration(
-            "shutdownTimeout",
-            Zero::Allowed,
-            3600,
-            &mut parsed.shutdown_timeout,
-        );
-        read.duration(
-            "failedCloneBackoff",
-            Zero::Allowed,
-            3600,
-            &mut parsed.failed_clone_backoff,
-        );
+        parsed.pacing.read(&mut read);
         read.flag("waitForAddress", &mut parsed.wait_for_address);
         parsed.datacenter = settings
             .get("datacenter")
@@ -85,8 +65,8 @@ mod tests {
             ("machineKind".into(), "ignored".into()),
         ]))
         .unwrap();
-        assert_eq!(s.task_poll_interval, Duration::from_millis(250));
-        assert_eq!(s.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(s.pacing.task_poll_interval, Duration::from_millis(250));
+        assert_eq!(s.pacing.shutdown_timeout, Duration::from_secs(30));
         assert!(!s.wait_for_address);
         let e = VSphereSettings::parse(&BTreeMap::from([
             ("taskPollInterval".into(), "soon".into()),

@@ -7,7 +7,7 @@ impl ProxmoxBackend {
         &self,
         identity: &MachineIdentity,
     ) -> Result<Deletion, BackendError> {
-        let retry_after = self.settings.task_poll_interval;
+        let retry_after = self.settings.pacing.task_poll_interval;
         let resources = self.resources().await?;
         let found = self.find(identity, &resources).await?;
         let running = match self.poll(&identity.uid).await {

@@ -41,7 +41,7 @@ impl ProxmoxBackend {
             // A failed clone is reported for a while before the next attempt.
             if let Some(error) = self
                 .failed_clones
-                .still_failing(&identity.uid, self.settings.failed_clone_backoff)
+                .still_failing(&identity.uid, self.settings.pacing.failed_clone_backoff)
             {
                 return Err(error);
             }
@@ -204,7 +204,7 @@ impl ProxmoxBackend {
                 OpKind::Shutdown,
                 "shutdown",
                 Form::new()
-                    .set("timeout", self.settings.shutdown_timeout)
+                    .set("timeout", self.settings.shutdown_seconds())
                     .set("forceStop", 1),
             )),
             (PowerState::Suspended, PowerState::PoweredOn) => {

@@ -191,7 +191,7 @@ impl ProxmoxBackend {
         banlieue_kit::tasks::pending(
             kind,
             upid.map(|u| u.raw.clone()),
-            self.settings.task_poll_interval,
+            self.settings.pacing.task_poll_interval,
         )
     }
 }

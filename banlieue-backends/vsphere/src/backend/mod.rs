@@ -204,7 +204,7 @@ impl VSphereBackend {
         banlieue_kit::tasks::pending(
             kind,
             task.map(|t| t.value.clone()),
-            self.settings.task_poll_interval,
+            self.settings.pacing.task_poll_interval,
         )
     }
 
@@ -388,7 +388,7 @@ impl Backend for VSphereBackend {
             // A failed clone is reported for a while before the next attempt.
             if let Some(error) = self
                 .failed_clones
-                .still_failing(uid, self.settings.failed_clone_backoff)
+                .still_failing(uid, self.settings.pacing.failed_clone_backoff)
             {
                 return Err(error);
             }
@@ -476,7 +476,7 @@ impl Backend for VSphereBackend {
         let pending = waiting.then(|| Pending {
             operation: "WaitingForAddress".into(),
             task: None,
-            retry_after: self.settings.task_poll_interval,
+            retry_after: self.settings.pacing.task_poll_interval,
         });
         Ok(self.observation(&vm, pending))
     }
@@ -499,7 +499,7 @@ impl Backend for VSphereBackend {
     }
 
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
-        let retry_after = self.settings.task_poll_interval;
+        let retry_after = self.settings.pacing.task_poll_interval;
         if !is_uuid(&identity.uid) {
             return Ok(Deletion::Gone);
         }

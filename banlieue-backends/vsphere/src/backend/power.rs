@@ -17,7 +17,7 @@ impl VSphereBackend {
         let asked = lock(&self.shutdowns).get(uid).copied();
         let hard = !vm.tools_running
             || vm.power == PowerState::Suspended
-            || asked.is_some_and(|at| at.elapsed() >= self.settings.shutdown_timeout);
+            || asked.is_some_and(|at| at.elapsed() >= self.settings.pacing.shutdown_timeout);
         if !hard {
             if asked.is_none() {
                 match self
@@ -38,7 +38,7 @@ impl VSphereBackend {
             return Ok(Pending {
                 operation: "ShuttingDown".into(),
                 task: None,
-                retry_after: self.settings.task_poll_interval,
+                retry_after: self.settings.pacing.task_poll_interval,
             });
         }
         self.hard_power_off(uid, vm).await
