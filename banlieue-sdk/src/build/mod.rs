@@ -4,6 +4,7 @@
 
 mod kinds;
 mod names;
+mod placement;
 mod targets;
 #[cfg(test)]
 mod tests;
@@ -18,6 +19,7 @@ use crate::api::{Provider, VMClassSpec, VMImage, VirtualMachine};
 use crate::contract::{InfraMachine, InfraMachineKind, KindTable};
 use crate::scheduling::Target;
 
+pub use placement::PlacementRecord;
 pub use targets::{ResolvedNetwork, Targets};
 
 pub use names::{MAX_LABEL_VALUE, bootstrap_secret_name, label_value, suffixed_name};
@@ -26,10 +28,12 @@ pub use names::{MAX_LABEL_VALUE, bootstrap_secret_name, label_value, suffixed_na
 /// its name: a prefix and a hash past 63 characters).
 pub const VIRTUAL_MACHINE_LABEL: &str = "banlieue.io/virtual-machine";
 /// Label on infra machines naming the Provider they run on ([`label_value`] of its
-/// name; `spec.providerRef` has the name itself).
+/// name; `spec.providerRef` has the name itself), for selectors: never read back
+/// (see [`PlacementRecord`]).
 pub const PROVIDER_LABEL: &str = "banlieue.io/provider";
 /// Annotation on infra machines built for a VM: the failure domain to place it in
-/// (CAPI-owned machines take it from their Machine instead).
+/// (CAPI-owned machines take it from their Machine instead); half of the
+/// [`PlacementRecord`].
 pub const FAILURE_DOMAIN_ANNOTATION: &str = "banlieue.io/failure-domain";
 /// Annotation on an infra machine made on disks copied from another (`CopyDisk`): the
 /// cloud-init `instance-id` it keeps, the source's, so the guest's first boot does not
@@ -181,7 +185,7 @@ pub fn parts<'a>(input: &'a Input<'a>) -> Result<Parts<'a>, BuildError> {
     Ok(Parts {
         input,
         metadata,
-        provider_ref: Some(LocalObjectReference::new(input.target.provider.clone())),
+        provider_ref: Some(PlacementRecord::of(input.target).provider_ref()),
         power_state: input.vm.spec.power_state,
         bootstrap,
         disk_gib: Some(input.class.disk.size_gib),
@@ -199,12 +203,9 @@ fn metadata(input: &Input<'_>) -> Result<ObjectMeta, BuildError> {
     })?;
     let mut labels: BTreeMap<String, String> = vm.metadata.labels.clone().unwrap_or_default();
     labels.insert(VIRTUAL_MACHINE_LABEL.into(), label_value(&name));
-    labels.insert(PROVIDER_LABEL.into(), label_value(&input.target.provider));
-    let annotations = input
-        .target
-        .failure_domain
-        .as_ref()
-        .map(|fd| BTreeMap::from([(FAILURE_DOMAIN_ANNOTATION.to_owned(), fd.clone())]));
+    let mut annotations = BTreeMap::new();
+    PlacementRecord::of(input.target).write(&mut labels, &mut annotations);
+    let annotations = (!annotations.is_empty()).then_some(annotations);
     Ok(ObjectMeta {
         name: Some(name.clone()),
         namespace: vm.metadata.namespace.clone(),

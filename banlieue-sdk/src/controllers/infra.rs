@@ -15,7 +15,7 @@ use crate::api::common::TypedLocalObjectReference;
 use crate::api::infra::MachineStatus;
 use crate::api::virtual_machine::ScheduledPlacement;
 use crate::backend::{MachineIdentity, MachineRequest};
-use crate::build::{FAILURE_DOMAIN_ANNOTATION, PROVIDER_LABEL};
+use crate::build::PlacementRecord;
 use crate::contract::{InfraMachine, InfraMachineKind, InfraMachineRead};
 
 /// Field manager of the infra machines the VM controller builds.
@@ -26,8 +26,9 @@ pub(crate) const FIELD_MANAGER: &str = "banlieue-virtualmachine";
 pub(crate) struct Existing {
     pub kind: InfraMachineKind,
     pub name: String,
+    /// Where it was placed, as it records it ([`PlacementRecord`]).
     pub provider: Option<String>,
-    /// The `banlieue.io/failure-domain` annotation: where it was placed.
+    /// The failure domain of its [`PlacementRecord`].
     pub failure_domain: Option<String>,
     pub deleting: bool,
     pub provider_id: Option<String>,
@@ -118,15 +119,16 @@ where
     }
     let value = serde_json::to_value(object.as_ref()).ok()?;
     let comparable = comparable(&value);
+    let record = PlacementRecord::read(object.provider_ref(), object.meta());
+    let (provider, failure_domain) = match record {
+        Some(r) => (Some(r.provider), r.failure_domain),
+        None => (None, None),
+    };
     Some(Existing {
         kind: K::KIND,
         name: object.name_any(),
-        // The label is shortened past 63 characters; the reference has the name.
-        provider: object
-            .provider_ref()
-            .map(|r| r.name.clone())
-            .or_else(|| object.labels().get(PROVIDER_LABEL).cloned()),
-        failure_domain: object.annotations().get(FAILURE_DOMAIN_ANNOTATION).cloned(),
+        provider,
+        failure_domain,
         deleting: object.meta().deletion_timestamp.is_some(),
         provider_id: object.provider_id().map(str::to_owned),
         status: object.machine_status().cloned(),

@@ -44,8 +44,7 @@ use crate::backend::{
     BackendError, BootstrapData, Deletion, MachineIdentity, MachineRequest, SecretValue,
 };
 use crate::build::{
-    COPIED_FROM_ANNOTATION, FAILURE_DOMAIN_ANNOTATION, IMPORTING_DISKS_ANNOTATION,
-    INSTANCE_ID_ANNOTATION,
+    COPIED_FROM_ANNOTATION, IMPORTING_DISKS_ANNOTATION, INSTANCE_ID_ANNOTATION, PlacementRecord,
 };
 use crate::capi::metadata::{CLUSTER_NAME_LABEL, deleted_for_move};
 use crate::capi::objects::{Cluster as CapiCluster, Machine as CapiMachine};
@@ -311,10 +310,7 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         spec,
         failure_domain: match &placement {
             Some(p) => p.failure_domain.clone(),
-            None => machine
-                .annotations()
-                .get(FAILURE_DOMAIN_ANNOTATION)
-                .cloned(),
+            None => PlacementRecord::failure_domain(machine.meta()),
         },
         bootstrap,
         instance_id: machine.annotations().get(INSTANCE_ID_ANNOTATION).cloned(),
