@@ -2,9 +2,9 @@
 
 use banlieue_sdk::api::infra::MachineStatus;
 use banlieue_sdk::api::{INFRA_GROUP, Provider, VERSION, VMClass, VMImage, VirtualMachine};
-use banlieue_sdk::contract::InfraMachineKind;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersion;
 use kube::{Client, Config, ResourceExt};
 
 use crate::diagnose::{Machine, provider_name};
@@ -152,6 +152,8 @@ pub async fn related(client: &Client, vm: &VirtualMachine) -> Result<Related, Er
 
 /// The VM's infrastructure machine: the one its status names, else one of any kind
 /// that it owns under its own name (made, but not yet mirrored into the VM's status).
+/// Kinds are found by discovery, so a machine kind an embedding operator serves is
+/// found like banlieue's own.
 async fn machine(
     client: &Client,
     vm: &VirtualMachine,
@@ -160,25 +162,18 @@ async fn machine(
     let named = vm
         .status
         .as_ref()
-        .and_then(|s| s.infrastructure_ref.as_ref())
-        .and_then(|r| InfraMachineKind::from_kind(&r.kind).map(|k| (k, r.name.clone())));
+        .and_then(|s| s.infrastructure_ref.as_ref());
     let by_reference = named.is_some();
-    let candidates: Vec<(InfraMachineKind, String)> = match named {
-        Some(one) => vec![one],
-        None => InfraMachineKind::BUILT_IN
-            .into_iter()
-            .map(|k| (k, vm.name_any()))
-            .collect(),
+    let (name, kind) = match named {
+        Some(reference) => (reference.name.clone(), Some(reference.kind.as_str())),
+        None => (vm.name_any(), None),
     };
+    let candidates = served_machine_kinds(client)
+        .await?
+        .into_iter()
+        .filter(|r| kind.is_none_or(|k| r.kind == k));
     let uid = vm.uid().unwrap_or_default();
-    for (kind, name) in candidates {
-        let resource = ApiResource {
-            group: INFRA_GROUP.into(),
-            version: VERSION.into(),
-            api_version: format!("{INFRA_GROUP}/{VERSION}"),
-            kind: kind.kind().into(),
-            plural: kind.plural().into(),
-        };
+    for resource in candidates {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         let Some(object) = api.get_opt(&name).await? else {
             continue;
@@ -194,11 +189,29 @@ async fn machine(
             .transpose()
             .map_err(|e| Error::Api(kube::Error::SerdeError(e)))?;
         return Ok(Some(Machine {
-            kind: kind.kind().into(),
-            name,
+            kind: resource.kind.clone(),
+            name: name.clone(),
             status,
             deleting: object.metadata.deletion_timestamp.is_some(),
         }));
     }
     Ok(None)
+}
+
+/// The machine kinds the API server serves in banlieue's infrastructure group
+/// (`<Something>Machine`, not the templates): banlieue's own, and those of backends
+/// registered out of tree. None when the group is not served at all.
+async fn served_machine_kinds(client: &Client) -> Result<Vec<ApiResource>, Error> {
+    let group = GroupVersion::gv(INFRA_GROUP, VERSION);
+    let served = match kube::discovery::pinned_group(client, &group).await {
+        Ok(served) => served,
+        Err(kube::Error::Api(ref s)) if s.code == 404 => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(served
+        .versioned_resources(VERSION)
+        .into_iter()
+        .map(|(resource, _)| resource)
+        .filter(|r| r.kind.ends_with("Machine"))
+        .collect())
 }

@@ -202,6 +202,29 @@ async fn the_embedding_example_brings_a_virtual_machine_to_ready_on_its_own_clas
         Some(format!("lab://{uid}").as_str())
     );
 
+    // kubectl-banlieue finds a machine kind it was never built with, by discovery.
+    let plugin = banlieue_testenv::workspace_binary("kubectl-banlieue", "kubectl-banlieue");
+    let args = ["describe", "hello", "-n", ns.name.as_str()].map(str::to_owned);
+    let described = tokio::task::spawn_blocking(move || {
+        Command::new(plugin)
+            .args(args)
+            .env("KUBECONFIG", banlieue_testenv::kubeconfig_path())
+            .output()
+            .expect("run kubectl-banlieue")
+    })
+    .await
+    .expect("join");
+    let report = String::from_utf8_lossy(&described.stdout);
+    let machine_line = format!("LabMachine {:?}", reference.name);
+    assert!(
+        described.status.success()
+            && report
+                .lines()
+                .any(|l| l.trim_start().starts_with("ok") && l.contains(&machine_line)),
+        "kubectl-banlieue describe does not show the LabMachine as ok:\n{report}\n{}",
+        String::from_utf8_lossy(&described.stderr)
+    );
+
     // The example's own controller, next to banlieue's, saw it running.
     let started = Instant::now();
     while !lines

@@ -54,6 +54,7 @@ mod error;
 mod namespace;
 mod process;
 mod teardown;
+mod workspace_bin;
 
 use std::io::Write as _;
 use std::path::Path;
@@ -65,6 +66,7 @@ pub use crash::Component;
 pub use error::Error;
 pub use namespace::TestNamespace;
 pub use process::tail as log_tail;
+pub use workspace_bin::workspace_binary;
 
 static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
 

@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use banlieue_integration_tests::apply;
@@ -19,42 +18,9 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The plugin binary, built once per test process by the cargo that runs the tests
-/// (another package's binary has no `CARGO_BIN_EXE_*`). Cargo prints the executable's
-/// path, so a custom `CARGO_TARGET_DIR` or profile needs no guessing; a fresh binary
-/// costs one fingerprint check.
-fn plugin() -> &'static PathBuf {
-    static PLUGIN: OnceLock<PathBuf> = OnceLock::new();
-    PLUGIN.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
-        let workspace = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-        let output = Command::new(cargo)
-            .current_dir(workspace)
-            .args([
-                "build",
-                "--locked",
-                "-p",
-                "kubectl-banlieue",
-                "--bin",
-                "kubectl-banlieue",
-                "--message-format=json-render-diagnostics",
-            ])
-            .output()
-            .expect("run cargo build for kubectl-banlieue");
-        assert!(
-            output.status.success(),
-            "cargo build -p kubectl-banlieue failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter(|m| {
-                m["reason"] == "compiler-artifact" && m["target"]["name"] == "kubectl-banlieue"
-            })
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reported no kubectl-banlieue executable")
-    })
+/// The plugin binary, built once per test process.
+fn plugin() -> PathBuf {
+    banlieue_testenv::workspace_binary("kubectl-banlieue", "kubectl-banlieue")
 }
 
 /// Runs the plugin as kubectl would (its own process, the kubeconfig from the
