@@ -505,6 +505,11 @@ impl Backend for ChBackend {
         crate::capabilities()
     }
 
+    /// `maxConcurrentCreates` when the Provider does not set it: 8 (each create prepares a disk on the host and starts a VMM process).
+    fn default_max_concurrent_creates(&self) -> Option<usize> {
+        Some(8)
+    }
+
     async fn check(&self) -> Result<Inventory, BackendError> {
         let root = &self.settings.state_dir;
         std::fs::create_dir_all(root).map_err(|e| host_error("creating", root, e))?;

@@ -100,6 +100,7 @@
 //! | `hostName` | text | the host's name | the failure domain's name |
 //! | `dhcpLeases` | path | none | dnsmasq lease file for DHCP addresses |
 //! | `qcow2Disks` | `overlay` or `copy` | `overlay` | how a qcow2 image becomes a machine's disk |
+//! | `maxConcurrentCreates` | whole number, `0` for no cap | `8` | machines created at once; the rest wait with `CreateQueued` (read by the operator) |
 //!
 //! Not yet supported: CAPI IPAM pool addresses, Ignition bootstrap data, a remote host agent.
 #![warn(missing_docs)]

@@ -37,6 +37,11 @@ impl Backend for LibvirtBackend {
         crate::capabilities()
     }
 
+    /// `maxConcurrentCreates` when the Provider does not set it: 8 (each create copies or overlays a disk with qemu-img on the host).
+    fn default_max_concurrent_creates(&self) -> Option<usize> {
+        Some(8)
+    }
+
     async fn check(&self) -> Result<Inventory, BackendError> {
         blocking(&self.client, inventory::check).await
     }

@@ -23,6 +23,7 @@
 //! | `failureDomain` | the host's hostname | the failure domain's name |
 //! | `bridges` | none | host bridges offered (comma list), published as resource `bridge` |
 //! | `waitForAddress` | `true` | a running domain on a libvirt network is not settled until it has an address |
+//! | `maxConcurrentCreates` | `8` | machines created at once (`0`: no cap); the rest wait with `CreateQueued` (read by the operator) |
 //!
 //! # Machines
 //!

@@ -108,6 +108,7 @@
 //! | `cluster` | text | PVE's cluster name, else the first node's | the `banlieue.io/proxmox-cluster` label |
 //! | `vlans` | comma list of VLAN tags | none | published as resource `vlan` on every node (PVE cannot list the VLANs a bridge carries) |
 //! | `seedStorage` | storage ID | the first active storage with `iso` content on the node | where NoCloud seeds are uploaded |
+//! | `maxConcurrentCreates` | whole number, `0` for no cap | `10` | machines cloned at once (PVE limits concurrent clones from one template); the rest wait with `CreateQueued` (read by the operator) |
 //!
 //! Other keys are ignored.
 //!

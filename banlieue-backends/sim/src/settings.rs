@@ -42,7 +42,7 @@ pub const MAX_FAILURE_DOMAINS: usize = 100;
 
 /// The keys accepted in `Provider.spec.settings`, for error messages.
 const KNOWN_KEYS: &str = "latency, failureRate, failureKinds, failureCalls, recordCalls, seed, capacity, failureDomains, \
-     features, features.<domain>, resources.<key>, resources.<key>.<domain>, version, machineKind, capabilities.<name>";
+     features, features.<domain>, resources.<key>, resources.<key>.<domain>, version, machineKind, maxConcurrentCreates, capabilities.<name>";
 
 /// What an injected fault does to the call it hits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -194,6 +194,8 @@ impl SimSettings {
                 k if k.starts_with("features.") || k.starts_with("resources.") => Ok(()),
                 // Read by the operator: narrows what the Provider publishes it can do.
                 k if k.starts_with("capabilities.") => Ok(()),
+                // Read by the operator: its cap on creates in flight (no cap by default).
+                banlieue_sdk::backend::concurrency::MAX_CONCURRENT_CREATES_SETTING => Ok(()),
                 _ => Err(format!("unknown key; the simulator accepts {KNOWN_KEYS}")),
             };
             if let Err(e) = result {

@@ -28,6 +28,10 @@ pub struct SimStats {
     pub machines_deleted: u64,
     /// Machines that exist now (including those being created or deleted).
     pub machines: u64,
+    /// The most machines being created at once: from the `ensure` that started each
+    /// until its creation completed (`latency` later). A machine deleted while being
+    /// created still counts until then.
+    pub creating_peak: u64,
 }
 
 impl SimStats {

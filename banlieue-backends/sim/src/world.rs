@@ -54,6 +54,10 @@ struct State {
     next_serial: u64,
     next_task: u64,
     removed: u64,
+    /// When each create in progress completes (its `Create` step), for the peak.
+    creates: BinaryHeap<Reverse<Instant>>,
+    /// The most creates in progress at once.
+    creating_peak: usize,
 }
 
 impl State {
@@ -267,6 +271,15 @@ impl World {
         state.next_serial += 1;
         let serial = state.next_serial;
         let uuid = machine_uuid(self.id_seed, serial);
+        while state
+            .creates
+            .peek()
+            .is_some_and(|Reverse(done)| *done <= now)
+        {
+            state.creates.pop();
+        }
+        state.creates.push(Reverse(now + new.latency));
+        state.creating_peak = state.creating_peak.max(state.creates.len());
         let create_task = state.task();
         let mut ops = VecDeque::from([Op {
             step: Step::Create,
@@ -407,6 +420,7 @@ impl World {
             machines_created: state.next_serial,
             machines_deleted: state.removed,
             machines: state.machines.len() as u64,
+            creating_peak: state.creating_peak as u64,
         }
     }
 }

@@ -102,6 +102,7 @@
 //! | `failedCloneBackoff` | duration, at most 3600s | `60s` | how long a failed clone is reported before it is tried again |
 //! | `waitForAddress` | `true`/`false` | `true` | report `WaitingForAddress` until VMware Tools reports an IP |
 //! | `datacenter` | name | the only one | the datacenter when neither machine nor failure domain names one |
+//! | `maxConcurrentCreates` | whole number, `0` for no cap | `10` | machines cloned at once; the rest wait with `CreateQueued` (read by the operator) |
 //!
 //! Other keys are ignored. Not yet supported: content-library images, storage
 //! policies (a terminal `StoragePolicyUnsupported`), adding network devices beyond

@@ -51,6 +51,7 @@
 //! ```
 
 pub mod capabilities;
+pub mod concurrency;
 mod disks;
 mod error;
 mod registry;
@@ -114,5 +115,14 @@ pub trait Backend: Send + Sync {
     /// every backend does; declare more only where a test exercises it.
     fn capabilities(&self) -> BackendCapabilities {
         BackendCapabilities::conservative()
+    }
+
+    /// How many machines one Provider of this backend creates at once when its
+    /// `maxConcurrentCreates` setting does not say; `None`, no cap. The rest wait,
+    /// `Ready=False` with reason `CreateQueued`. A create lasts from the first
+    /// [`Backend::ensure`] of a machine without a provider ID until it reports one
+    /// (the VM exists), fails terminally, or the machine is deleted.
+    fn default_max_concurrent_creates(&self) -> Option<usize> {
+        None
     }
 }

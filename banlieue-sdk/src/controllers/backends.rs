@@ -451,6 +451,11 @@ impl Instrumented {
         self.backend.capabilities()
     }
 
+    /// The backend's cap on concurrent creates when the Provider sets none.
+    pub fn default_max_concurrent_creates(&self) -> Option<usize> {
+        self.backend.default_max_concurrent_creates()
+    }
+
     /// The backend's disk export and import, when it has them (`CopyDisk`), with
     /// their errors scrubbed.
     pub fn disk_transfer(&self) -> Option<&dyn DiskTransfer> {

@@ -195,6 +195,8 @@ pub(crate) struct Context {
     pub capi_placements: Mutex<HashMap<String, String>>,
     /// What this process wrote last, for reconciles whose cache lags behind it.
     pub written: WrittenStatuses,
+    /// Machines being created, per Provider, under its `maxConcurrentCreates`.
+    pub create_slots: super::create_slots::CreateSlots,
     /// `CopyDisk` disk copies running beside the reconciles, by VM UID.
     pub copies: super::virtual_machine::copy_disk::job::Jobs,
     /// Whether every shared store has listed once: before, a VM's machines may be
@@ -244,6 +246,7 @@ impl Context {
             capi_installed,
             capi_placements: Mutex::new(HashMap::new()),
             written: WrittenStatuses::default(),
+            create_slots: Default::default(),
             copies: Default::default(),
             stores_synced: Default::default(),
             writers: Mutex::new(Some(Writers {

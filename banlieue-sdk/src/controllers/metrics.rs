@@ -37,6 +37,13 @@ pub struct BackendLabels {
     pub outcome: String,
 }
 
+/// `provider` label (`namespace/name`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabel {
+    /// The Provider, `namespace/name`.
+    pub provider: String,
+}
+
 /// Every metric the controllers record.
 #[derive(Clone)]
 pub struct Metrics {
@@ -46,6 +53,8 @@ pub struct Metrics {
     active_workers: Family<ControllerLabel, Gauge>,
     backend_requests: Family<BackendLabels, Histogram>,
     api_writes: Family<ControllerLabel, Counter>,
+    creates_in_flight: Family<ProviderLabel, Gauge>,
+    creates_in_flight_peak: Family<ProviderLabel, Gauge>,
 }
 
 impl Metrics {
@@ -83,6 +92,16 @@ impl Metrics {
             "Writes to the Kubernetes API per controller (apply, status, delete, finalizer)",
             metrics.api_writes.clone(),
         );
+        registry.register(
+            "banlieue_creates_in_flight",
+            "Machines being created on each Provider now (capped by its maxConcurrentCreates)",
+            metrics.creates_in_flight.clone(),
+        );
+        registry.register(
+            "banlieue_creates_in_flight_peak",
+            "The most machines created on each Provider at once since the operator started",
+            metrics.creates_in_flight_peak.clone(),
+        );
         metrics
     }
 
@@ -99,6 +118,8 @@ impl Metrics {
                 Histogram::new(exponential_buckets(0.001, 2.0, 16))
             }),
             api_writes: Family::default(),
+            creates_in_flight: Family::default(),
+            creates_in_flight_peak: Family::default(),
         }
     }
 
@@ -149,6 +170,21 @@ impl Metrics {
                 controller: controller.into(),
             })
             .inc();
+    }
+}
+
+impl Metrics {
+    pub(crate) fn creates(&self, provider: &str, (now, peak): (usize, usize)) {
+        let label = ProviderLabel {
+            provider: provider.into(),
+        };
+        let as_gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.creates_in_flight
+            .get_or_create(&label)
+            .set(as_gauge(now));
+        self.creates_in_flight_peak
+            .get_or_create(&label)
+            .set(as_gauge(peak));
     }
 }
 

@@ -29,6 +29,7 @@ mod bootstrap;
 mod capi;
 mod cluster;
 mod context;
+mod create_slots;
 pub mod disk_copy;
 mod events;
 mod expected;

@@ -1,4 +1,4 @@
-//! Backend faults without a retry storm. The operator runs against a real apiserver;
+//! Backend faults without a retry storm, and a burst held to the Provider's create cap. The operator runs against a real apiserver;
 //! faults come from the sim backend's injection (`failureRate`, `failureCalls`) and,
 //! in `faults_pve.rs`/`faults_vcsim.rs`, from the simulators' own.
 //!
@@ -388,5 +388,91 @@ async fn random_faults_converge_without_duplicates_or_leaks() {
         operator.sim.machines(&endpoint).is_empty(),
         "seed {seed}: nothing leaked: {:?}",
         operator.sim.machines(&endpoint)
+    );
+}
+
+/// A 200-VM burst on a Provider capped at 10 concurrent creates
+/// (`maxConcurrentCreates`): the simulator never has more than 10 machines being
+/// created at once (its own count, from the `ensure` that starts a create until the
+/// create's latency passed), the machines held back say why, and all 200 become
+/// Ready. Then the cap is lifted (`"0"`) for a second burst, which the same count sees
+/// going past 10: the measure can tell a capped burst from an uncapped one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_is_created_no_more_than_the_providers_cap_at_a_time() {
+    const CAP: u64 = 10;
+    let (ns, operator, endpoint) = world(
+        "create-cap",
+        json!({"latency": "500ms", "maxConcurrentCreates": CAP.to_string()}),
+    )
+    .await;
+    let vms: Api<VirtualMachine> = ns.api();
+    let machines: Api<LibvirtMachine> = ns.api();
+    let burst = |prefix: &'static str, n: usize| {
+        let ns = &ns;
+        futures::future::join_all((0..n).map(move |i| async move {
+            apply(&ns.client, &ns.name, &vm(ns, &format!("{prefix}{i}")))
+                .await
+                .expect("a VirtualMachine")
+        }))
+    };
+    burst("b", 200).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let mut queued_seen = None;
+    loop {
+        let listed = vms.list(&Default::default()).await.expect("list VMs");
+        if listed.items.len() == 200 && listed.items.iter().all(is_ready) {
+            break;
+        }
+        if queued_seen.is_none() {
+            queued_seen = machines
+                .list(&Default::default())
+                .await
+                .expect("list machines")
+                .items
+                .iter()
+                .find_map(|m| {
+                    condition_of(m.status.as_ref().map(|s| &s.conditions[..]), "Ready")
+                        .filter(|c| c.reason == "CreateQueued")
+                        .map(|c| c.message.clone())
+                });
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not all 200 VMs Ready after 180 s; sim: {:?}",
+            operator.sim.stats(&endpoint)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let stats = operator.sim.stats(&endpoint);
+    eprintln!("capped burst of 200: {stats:?}");
+    assert!(
+        (CAP / 2..=CAP).contains(&stats.creating_peak),
+        "at most {CAP} creates at once, and the cap was reached (not a trickle): {stats:?}"
+    );
+    assert_eq!(
+        operator.sim.machines(&endpoint).len(),
+        200,
+        "one machine per VM"
+    );
+    let queued = queued_seen.expect("a machine held back by the cap reports CreateQueued");
+    assert!(
+        queued.contains("its cap (spec.settings.maxConcurrentCreates: 10)"),
+        "{queued}"
+    );
+
+    set_settings(
+        &ns,
+        json!({"latency": "500ms", "maxConcurrentCreates": "0"}),
+    )
+    .await;
+    burst("u", 60).await;
+    for i in 0..60 {
+        wait_for(&vms, &format!("u{i}"), Duration::from_secs(120), is_ready).await;
+    }
+    let uncapped = operator.sim.stats(&endpoint);
+    eprintln!("uncapped burst of 60 after it: {uncapped:?}");
+    assert!(
+        uncapped.creating_peak > CAP,
+        "without a cap the burst goes past {CAP} at once (else the capped check proves nothing): {uncapped:?}"
     );
 }

@@ -218,6 +218,11 @@ impl Backend for ProxmoxBackend {
         crate::capabilities()
     }
 
+    /// `maxConcurrentCreates` when the Provider does not set it: 10 (PVE limits concurrent clones from one template (9.1), and users of peers added a semaphore of about 10).
+    fn default_max_concurrent_creates(&self) -> Option<usize> {
+        Some(10)
+    }
+
     async fn check(&self) -> Result<Inventory, BackendError> {
         inventory::read(
             &self.client,

@@ -319,6 +319,11 @@ impl Backend for VSphereBackend {
         crate::capabilities()
     }
 
+    /// `maxConcurrentCreates` when the Provider does not set it: 10 (vCenter queues clones past its own limits and times out the rest; CAPV users see the same with its 10 workers).
+    fn default_max_concurrent_creates(&self) -> Option<usize> {
+        Some(10)
+    }
+
     async fn check(&self) -> Result<Inventory, BackendError> {
         let content = self.client.content().await.map_err(vim)?.clone();
         let topology = self.topology(true).await?;

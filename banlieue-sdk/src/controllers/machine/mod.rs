@@ -35,6 +35,7 @@ mod plan;
 
 use super::MACHINE_FINALIZER;
 use super::context::{Context, key_of};
+use super::create_slots;
 use super::feed::Subscription;
 use super::status_write;
 use super::watch;
@@ -275,6 +276,10 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             return stopped(machine, ctx, stop).await;
         }
     };
+    let creating = match admit_create(machine, ctx, provider, &backend) {
+        Ok(creating) => creating,
+        Err(stop) => return stopped(machine, ctx, stop).await,
+    };
     let bootstrap_ref = match (&capi_bootstrap, machine.bootstrap()) {
         (Some(secret), _) => Some((secret.as_str(), BootstrapFormat::CloudConfig)),
         (None, Some(reference)) => Some((reference.data_secret_name.as_str(), reference.format)),
@@ -330,6 +335,16 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
     } else {
         backend.ensure(&request).await
     };
+    if creating {
+        let done = match &ensured {
+            // It exists: the clone (or create) is done, whatever boots after it.
+            Ok(seen) => seen.provider_id.is_some(),
+            Err(error) => !error.is_transient(),
+        };
+        if done {
+            release_create(machine, ctx);
+        }
+    }
     match ensured {
         Ok(observation) => {
             if let Some(mismatch) = provider_id_mismatch(machine, &observation) {
@@ -372,6 +387,64 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
     }
 }
 
+/// How soon a machine queued behind its Provider's create cap looks again.
+const CREATE_QUEUE_RECHECK: Duration = Duration::from_secs(1);
+
+fn provider_key(provider: &Provider) -> String {
+    format!(
+        "{}/{}",
+        provider.namespace().unwrap_or_default(),
+        provider.name_any()
+    )
+}
+
+/// Whether this reconcile creates (a machine without a provider ID, or one still
+/// holding a create slot), having taken a slot under the Provider's cap; the stop
+/// that says why not when every slot is taken or the setting is bad.
+fn admit_create<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    provider: &Provider,
+    backend: &super::backends::Instrumented,
+) -> Result<bool, plan::Stop> {
+    let key = provider_key(provider);
+    let uid = machine.uid().unwrap_or_default();
+    let has_vm = machine.provider_id().is_some_and(|id| !id.is_empty());
+    if has_vm && !ctx.create_slots.holds(&key, &uid) {
+        return Ok(false);
+    }
+    let cap = create_slots::cap(
+        &provider.spec.settings,
+        backend.default_max_concurrent_creates(),
+    )
+    .map_err(|message| plan::Stop::Waiting {
+        reason: "InvalidSettings",
+        message: format!("Provider {}: {message}", provider.name_any()),
+        retry: plan::Retry::Backoff,
+    })?;
+    let admission = ctx.create_slots.admit(&key, &uid, cap);
+    ctx.metrics.creates(&key, ctx.create_slots.in_flight(&key));
+    match admission {
+        create_slots::Admission::Go => Ok(true),
+        create_slots::Admission::Queued { in_flight, cap } => Err(plan::Stop::Waiting {
+            reason: "CreateQueued",
+            message: format!(
+                "{in_flight} machines are being created on Provider {}, its cap (spec.settings.{}: {cap}); this one starts when one of them is done",
+                provider.name_any(),
+                create_slots::MAX_CONCURRENT_CREATES_SETTING
+            ),
+            retry: plan::Retry::After(CREATE_QUEUE_RECHECK),
+        }),
+    }
+}
+
+/// Gives back the machine's create slot, if it holds one.
+fn release_create<K: Machine>(machine: &K, ctx: &Context) {
+    if let Some(key) = ctx.create_slots.release(&machine.uid().unwrap_or_default()) {
+        ctx.metrics.creates(&key, ctx.create_slots.in_flight(&key));
+    }
+}
+
 /// What a plan's [`plan::Retry`] is for this machine.
 fn action<K: Machine>(machine: &K, ctx: &Context, retry: plan::Retry) -> Action {
     match retry {
@@ -407,6 +480,8 @@ async fn stopped<K: Machine>(
 }
 
 async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {
+    // Going: its create, if still running, no longer holds back the others.
+    release_create(machine, ctx);
     // Before the pause check: `clusterctl move` pauses the Cluster before it deletes.
     if deleted_for_move(machine.meta()) {
         // clusterctl move recreated this object elsewhere, where it adopts the VM by
