@@ -24,11 +24,22 @@ impl ProxmoxBackend {
             ));
         }
         let Some(found) = found else {
-            // Not there: a clone may be in flight (or just failed).
+            // Not there: a clone may be in flight (or just failed, or just finished).
+            let cloning = matches!(self.tasks.get(&identity.uid), Some((OpKind::Clone, _)));
             match self.poll(&identity.uid).await {
                 Ok(Some((kind, upid))) => {
                     return Ok(MachineObservation {
                         pending: Some(self.pending(kind, Some(&upid))),
+                        ..Default::default()
+                    });
+                }
+                Ok(None) if cloning => {
+                    // The clone finished after the listing above was taken (a clone to
+                    // another node moves there as it ends, so the listing's node no
+                    // longer has it): look again with a fresh listing, never clone twice.
+                    debug!(uid = %identity.uid, "proxmox: clone finished since the listing; looking again");
+                    return Ok(MachineObservation {
+                        pending: Some(self.pending(OpKind::Clone, None)),
                         ..Default::default()
                     });
                 }
