@@ -184,6 +184,23 @@ impl FakePve {
         self.command(json!({"cmd": "fail_next_clone", "message": message}));
     }
 
+    /// Each clone copies for `secs` real seconds from now on (0: at once).
+    pub fn clone_delay(&self, secs: f64) {
+        self.command(json!({"cmd": "clone_delay", "secs": secs}));
+    }
+
+    /// Clone copies running now, and the most at once so far (counted inside fakepve's
+    /// clone task).
+    pub fn clones(&self) -> (u64, u64) {
+        let answer = self.command(json!({"cmd": "clones"}));
+        (
+            answer["running"]
+                .as_u64()
+                .expect("running from the harness"),
+            answer["peak"].as_u64().expect("peak from the harness"),
+        )
+    }
+
     /// Loses (or regains) quorum.
     pub fn quorum(&self, quorate: bool) {
         let cmd = if quorate {

@@ -797,3 +797,120 @@ async fn a_volume_image_is_refused_clearly() {
     );
     assert!(pve.machines().is_empty());
 }
+
+/// Creates the VMs `prefix0..prefix{n-1}` at once and waits until each has its
+/// ProxmoxMachine created (a providerID), reporting the first `CreateQueued` seen.
+async fn burst_until_created(
+    ns: &TestNamespace,
+    pve: &FakePve,
+    prefix: &str,
+    n: usize,
+) -> Option<String> {
+    let mut applying = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (client, namespace, object) = (
+            ns.client.clone(),
+            ns.name.clone(),
+            vm(ns, &format!("{prefix}{i}")),
+        );
+        applying.spawn(async move { apply(&client, &namespace, &object).await });
+    }
+    while let Some(applied) = applying.join_next().await {
+        applied.expect("join").expect("a VirtualMachine");
+    }
+    let machines: Api<ProxmoxMachine> = ns.api();
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    let mut queued = None;
+    loop {
+        let listed = machines.list(&Default::default()).await.expect("list");
+        let ours = || {
+            listed.items.iter().filter(|m| {
+                m.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+        };
+        if queued.is_none() {
+            queued = ours().find_map(|m| {
+                let status = m.status.as_ref()?;
+                condition(&status.conditions, "Ready")
+                    .filter(|c| c.reason == "CreateQueued")
+                    .map(|c| c.message.clone())
+            });
+        }
+        let created = ours().filter(|m| m.spec.provider_id.is_some()).count();
+        if created == n {
+            return queued;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{created} of {n} machines created after 240 s; fakepve clones (running, peak): {:?}",
+            pve.clones()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A 200-VM burst on a Proxmox Provider with the shipped default cap (10 concurrent
+/// creates): fakepve never copies more than 10 clones at once (its own count, inside
+/// the clone task, each copy taking 1 s), the machines held back say why, and every
+/// VM gets exactly one PVE VM. Lifting the cap (`"0"`), a second burst goes past 10 by
+/// the same count, so the count can see a burst the cap does not hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_clones_is_held_to_the_providers_cap() {
+    let Some((ns, _operator, pve)) = world("pve-cap", Auth::Token).await else {
+        return;
+    };
+    pve.clone_delay(1.0);
+    let queued = burst_until_created(&ns, &pve, "b", 200).await;
+    let (_, peak) = pve.clones();
+    eprintln!("200 clones with the default cap: at most {peak} at once");
+    assert!(
+        (5..=10).contains(&peak),
+        "at most 10 clones at once, and the cap was reached: {peak}"
+    );
+    let made = pve.machines();
+    let mut by_name = std::collections::BTreeMap::<String, Vec<Value>>::new();
+    for m in &made {
+        by_name
+            .entry(m["name"].as_str().unwrap_or_default().to_owned())
+            .or_default()
+            .push(json!({"vmid": m["vmid"], "lock": m["lock"], "tags": m["config"]["tags"], "status": m["status"]}));
+    }
+    let twice: Vec<_> = by_name.iter().filter(|(_, v)| v.len() > 1).collect();
+    assert!(
+        made.len() == 200 && twice.is_empty(),
+        "one PVE VM per VirtualMachine: {} made, more than one for {twice:?}",
+        made.len()
+    );
+    let queued = queued.expect("a machine held back by the cap reports CreateQueued");
+    assert!(
+        queued.contains("Provider pve, its cap (spec.settings.maxConcurrentCreates: 10)"),
+        "{queued}"
+    );
+
+    let providers: Api<Provider> = ns.api();
+    providers
+        .patch(
+            "pve",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"settings": {"maxConcurrentCreates": "0"}}})),
+        )
+        .await
+        .expect("lift the cap");
+    // Longer copies, so that the backend's one-at-a-time VMID allocation (a GET and a
+    // POST per clone) starts more than 10 before the first ends.
+    pve.clone_delay(3.0);
+    let queued = burst_until_created(&ns, &pve, "u", 40).await;
+    assert_eq!(
+        queued, None,
+        "no machine is held back once the cap is lifted"
+    );
+    let (_, uncapped) = pve.clones();
+    eprintln!("then 40 without a cap: at most {uncapped} at once");
+    assert!(
+        uncapped > 10,
+        "without a cap the clones go past 10 at once (else the capped check proves nothing): {uncapped}"
+    );
+}

@@ -24,6 +24,8 @@ Then it reads one JSON command per line on stdin and answers one JSON line on st
     release_config_lock {vmid}
     fail {method, suffix, status, message, times}   answer matching requests with an HTTP error
     fail_next_clone {message}            the next clone task ends with TASK ERROR
+    clone_delay {secs}                   each clone copies for secs real seconds (0: at once)
+    clones                               clone copies running now and the most at once: {running, peak}
     lose_quorum / regain_quorum
     revoke_tickets                       every ticket becomes invalid (401)
     requests {since}                     the requests seen (method, path), from index `since`
@@ -105,14 +107,27 @@ class Harness(object):
     def __init__(self, pve):
         self.pve = pve
         self.fail_clone = None
+        # Clones copying now, the most at once, and how long each copy takes (real seconds).
+        self.clones_running = 0
+        self.clones_peak = 0
+        self.clone_delay = 0.0
         original = pve.ceph_io
 
         async def ceph_io(vm, keys=None):
             # Called inside the clone task while the new VM holds lock 'clone'.
-            if self.fail_clone is not None and vm.lock == 'clone':
+            if vm.lock != 'clone':
+                return await original(vm, keys)
+            if self.fail_clone is not None:
                 message, self.fail_clone = self.fail_clone, None
                 raise TaskError(message)
-            return await original(vm, keys)
+            self.clones_running += 1
+            self.clones_peak = max(self.clones_peak, self.clones_running)
+            try:
+                if self.clone_delay:
+                    await asyncio.sleep(self.clone_delay)
+                return await original(vm, keys)
+            finally:
+                self.clones_running -= 1
         pve.ceph_io = ceph_io
 
         # fakepve keeps only the last upload's fields; keep every file's bytes.
@@ -171,6 +186,10 @@ class Harness(object):
         elif cmd == 'fail':
             pve.fail(c['method'], c['suffix'], int(c.get('status', 500)), c.get('message', 'injected failure'),
                      times=c.get('times'))
+        elif cmd == 'clone_delay':
+            self.clone_delay = float(c['secs'])
+        elif cmd == 'clones':
+            return {'running': self.clones_running, 'peak': self.clones_peak}
         elif cmd == 'fail_next_clone':
             self.fail_clone = c.get('message', 'clone failed: injected')
         elif cmd == 'lose_quorum':
