@@ -235,6 +235,7 @@ async fn run_size(args: &Args, n: usize) -> anyhow::Result<SizeResult> {
             result.requests = operator.requests;
             result.requests.phases.extend(baseline.requests.phases);
             result.operator_counted_writes = operator.counted_writes;
+            result.creates_in_flight_peak = operator.creates_in_flight_peak;
             result.operator_client = operator.client_settings;
             result.proc_ready = operator.proc_ready;
             result.proc_idle = operator.proc_idle;
@@ -343,6 +344,7 @@ struct OperatorRun {
     gone: Curve,
     requests: RequestCounts,
     counted_writes: Option<f64>,
+    creates_in_flight_peak: Option<f64>,
     client_settings: Option<String>,
     proc_ready: ProcSample,
     proc_idle: ProcSample,
@@ -421,6 +423,7 @@ async fn run_operator(args: &Args, n: usize, idle: bool) -> anyhow::Result<Opera
             gone,
             requests: RequestCounts::default(),
             counted_writes: operator.writes_total().await,
+            creates_in_flight_peak: operator.creates_in_flight_peak().await,
             client_settings: operator.client_settings(),
             proc_ready,
             proc_idle,

@@ -111,12 +111,31 @@ impl Operator {
     /// The sum of `banlieue_api_writes_total` over all controllers, as the operator
     /// counts its own writes (a cross-check of the audit log).
     pub async fn writes_total(&self) -> Option<f64> {
+        Some(
+            self.metric("banlieue_api_writes_total")
+                .await?
+                .into_iter()
+                .sum(),
+        )
+    }
+
+    /// The most machines the operator had being created at once on one Provider
+    /// (`banlieue_creates_in_flight_peak`, the largest over Providers).
+    pub async fn creates_in_flight_peak(&self) -> Option<f64> {
+        self.metric("banlieue_creates_in_flight_peak{")
+            .await?
+            .into_iter()
+            .reduce(f64::max)
+    }
+
+    /// The values of every series whose line starts with `prefix`.
+    async fn metric(&self, prefix: &str) -> Option<Vec<f64>> {
         let body = http_get(self.diagnostics, "/metrics").await.ok()?;
         Some(
             body.lines()
-                .filter(|l| l.starts_with("banlieue_api_writes_total"))
+                .filter(|l| l.starts_with(prefix))
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum(),
+                .collect(),
         )
     }
 

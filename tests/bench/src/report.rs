@@ -304,7 +304,9 @@ fn write_size(md: &mut String, out: &Path, date: &str, r: &SizeResult) -> anyhow
         "First pair: all Ready after {:.1} s (baseline {:.1} s), all gone {:.1} s after the deletes began \
          (baseline {:.1} s). Operator at the end: peak RSS {:.1} MiB (RSS {:.1} MiB when all \
          were Ready), {:.1} CPU seconds ({:.1} by the time all were Ready). The operator's own \
-         write counter: {}.\n",
+         write counter: {}. Most machines being created at once on the Provider \
+         (`banlieue_creates_in_flight_peak`; `sim` has no `maxConcurrentCreates` cap by \
+         default): {}.\n",
         r.ready.seconds,
         r.baseline.ready.seconds,
         r.gone.seconds,
@@ -314,7 +316,9 @@ fn write_size(md: &mut String, out: &Path, date: &str, r: &SizeResult) -> anyhow
         r.proc_end.cpu_seconds,
         r.proc_ready.cpu_seconds,
         r.operator_counted_writes
-            .map_or("unavailable".to_owned(), |w| format!("{w:.0}"))
+            .map_or("unavailable".to_owned(), |w| format!("{w:.0}")),
+        r.creates_in_flight_peak
+            .map_or("unavailable".to_owned(), |p| format!("{p:.0}"))
     );
     write_pairs(md, r);
     let phases = ["startup", "create", "idle", "delete"];

@@ -46,6 +46,10 @@ pub struct SizeResult {
     pub requests: RequestCounts,
     /// The operator's own `banlieue_api_writes_total` at the end (first pair).
     pub operator_counted_writes: Option<f64>,
+    /// The most machines the operator had being created at once on the Provider
+    /// (`banlieue_creates_in_flight_peak`, first pair; absent in older results).
+    #[serde(default)]
+    pub creates_in_flight_peak: Option<f64>,
     /// The operator process when all were Ready, after the idle window, and at the end
     /// (first pair).
     pub proc_ready: ProcSample,
