@@ -111,6 +111,9 @@ pub async fn run(config: RunConfig, registry: BackendRegistry) -> anyhow::Result
     // mid-request holds kube-lease-manager's state lock, which `release` needs.
     let mut hold = Box::pin(hold_lease(election.as_ref()));
     let mut holding = true;
+    // A JoinHandle must not be polled again once it has completed: when a signal and
+    // the controllers' own return race, either branch may win.
+    let mut controllers_returned = false;
     tokio::select! {
         () = stop.wait() => {}
         why = &mut hold => {
@@ -118,6 +121,7 @@ pub async fn run(config: RunConfig, registry: BackendRegistry) -> anyhow::Result
             stop.trigger(StopReason::LeadershipLost(why));
         }
         result = &mut running => {
+            controllers_returned = true;
             let why = match result {
                 Ok(()) => "returned".to_string(),
                 Err(error) => error.to_string(),
@@ -133,19 +137,21 @@ pub async fn run(config: RunConfig, registry: BackendRegistry) -> anyhow::Result
             let timeout = config.shutdown_timeout;
             tracing::info!(%reason, ?timeout, "stopping the controllers");
             // Keep renewing the Lease while draining, so no other replica starts early.
-            tokio::select! {
-                drained = tokio::time::timeout(timeout, &mut running) => {
-                    if drained.is_err() {
-                        // Dropped mid-way, as a crash would leave them: every reconcile
-                        // finds its backend VM again. Stopped before the Lease goes, so
-                        // that two replicas never reconcile at once.
-                        running.abort();
-                        let _ = (&mut running).await;
-                        tracing::warn!(?timeout, "in-flight reconciles did not finish in time; dropped them");
+            if !controllers_returned {
+                tokio::select! {
+                    drained = tokio::time::timeout(timeout, &mut running) => {
+                        if drained.is_err() {
+                            // Dropped mid-way, as a crash would leave them: every reconcile
+                            // finds its backend VM again. Stopped before the Lease goes, so
+                            // that two replicas never reconcile at once.
+                            running.abort();
+                            let _ = (&mut running).await;
+                            tracing::warn!(?timeout, "in-flight reconciles did not finish in time; dropped them");
+                        }
                     }
-                }
-                why = &mut hold, if holding => {
-                    anyhow::bail!(StopReason::LeadershipLost(why));
+                    why = &mut hold, if holding => {
+                        anyhow::bail!(StopReason::LeadershipLost(why));
+                    }
                 }
             }
             drop(hold);

@@ -204,7 +204,7 @@ pub(crate) struct Context {
     pub stores_synced: std::sync::atomic::AtomicBool,
     events: super::events::Events,
     writers: Mutex<Option<Writers>>,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Mutex<HashMap<String, super::failure_backoff::Failures>>,
 }
 
 impl Context {
@@ -337,16 +337,16 @@ impl Context {
         }
     }
 
-    /// Exponential backoff with jitter for an object's consecutive failures: 1s, 2s,
-    /// 4s, ... capped at 5 minutes.
+    /// How long `key` waits after a failure: 1 s, 2 s, 4 s, ... (+0–25 % jitter) per
+    /// failed retry, capped at 5 minutes; a failure before the current wait ends
+    /// (a watch event woke it) keeps that wait's deadline. See [`super::failure_backoff`].
     pub fn backoff(&self, key: &str) -> Duration {
         let mut failures = self.failures.lock().expect("failures");
-        let n = failures.entry(key.to_owned()).or_insert(0);
-        *n = n.saturating_add(1);
-        let base = Duration::from_secs(1u64 << (*n - 1).min(8)).min(Duration::from_secs(300));
-        // Up to +25% jitter, derived from the key and attempt so retries spread out.
-        let jitter = (fxhash(key) ^ u64::from(*n)) % (base.as_millis() as u64 / 4 + 1);
-        base + Duration::from_millis(jitter)
+        let previous = failures.get(key).copied();
+        let (run, wait) =
+            super::failure_backoff::after_failure(previous, fxhash(key), std::time::Instant::now());
+        failures.insert(key.to_owned(), run);
+        wait
     }
 
     /// Forgets an object's failures after a success.

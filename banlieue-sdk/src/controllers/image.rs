@@ -93,13 +93,7 @@ async fn reconcile(image: Arc<VMImage>, ctx: Arc<Context>) -> Result<Action, Err
         });
     }
     rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    // No row at all can mean that the Provider cache has not caught up with the
-    // Provider watch that woke us (two watches): look again with backoff, not a whole
-    // sync period later (the scale benchmark's VMImage waited for it).
-    let no_provider_seen = rows.is_empty();
-    let provider_not_ready = rows
-        .iter()
-        .any(|r| r.reason.as_deref() == Some("ProviderNotReady"));
+    let next = next_look(&rows);
     let api: Api<VMImage> = Api::all(ctx.client.clone());
     let previous = image.status.clone().unwrap_or_default();
     match &ctx.settings.namespace {
@@ -141,42 +135,49 @@ async fn reconcile(image: Arc<VMImage>, ctx: Arc<Context>) -> Result<Action, Err
         }
     }
     ctx.metrics.reconciled(NAME, "success", started.elapsed());
-    // A Provider that is not ready yet may be a moment ahead of our cache: look again
-    // soon (with backoff) rather than a whole sync period later.
-    let all_available = !no_provider_seen && status_rows_available(&image, &ctx);
-    if all_available {
-        ctx.succeeded(&image.name_any());
-        Ok(Action::requeue(ctx.settings.sync_period))
-    } else {
-        // A Provider turning Ready wakes us through the Provider watch, which can be a
-        // moment ahead of the Provider cache read above: while one is not Ready, look
-        // again every few seconds at most (the scale benchmark waited minutes for a
-        // grown backoff). A missing image on a Ready Provider backs off as usual, to
-        // spare the backend.
-        let mut again = ctx.backoff(&image.name_any()).min(ctx.settings.sync_period);
-        if provider_not_ready {
-            again = again.min(PROVIDER_RECHECK);
+    Ok(match next {
+        NextLook::SyncPeriod => {
+            ctx.succeeded(&image.name_any());
+            Action::requeue(ctx.settings.sync_period)
         }
-        Ok(Action::requeue(again))
-    }
+        NextLook::Backoff => {
+            Action::requeue(ctx.backoff(&image.name_any()).min(ctx.settings.sync_period))
+        }
+        NextLook::Soon => Action::requeue(
+            ctx.backoff(&image.name_any())
+                .min(ctx.settings.sync_period)
+                .min(PROVIDER_RECHECK),
+        ),
+    })
 }
 
-/// Whether every Provider this image has a source for was found ready with the image.
-fn status_rows_available(image: &VMImage, ctx: &Context) -> bool {
-    ctx.stores
-        .providers
-        .state()
+/// When a VMImage is looked at again, from the rows just computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NextLook {
+    /// Found on every Provider with a source for it: only the periodic resync.
+    SyncPeriod,
+    /// Missing, or its lookup failed, on a Ready Provider: again with the image's
+    /// backoff (1 s, 2 s, ... at most a sync period), sparing the backend. A
+    /// transient lookup failure must not leave the image unavailable, and every VM
+    /// using it unscheduled, for a whole sync period.
+    Backoff,
+    /// A Provider is not Ready, or none is in the cache yet: a Provider turning Ready
+    /// wakes us through the Provider watch, which can be a moment ahead of the cache
+    /// read here, so look again within a few seconds whatever the backoff has grown to.
+    Soon,
+}
+
+fn next_look(rows: &[ImageAvailability]) -> NextLook {
+    let provider_not_ready = rows
         .iter()
-        .filter(|p| image.spec.sources.has(p.spec.class))
-        .all(|p| {
-            conditions::is_true(
-                p.status
-                    .as_ref()
-                    .map(|s| s.conditions.as_slice())
-                    .unwrap_or_default(),
-                types::READY,
-            )
-        })
+        .any(|r| r.reason.as_deref() == Some("ProviderNotReady"));
+    if rows.is_empty() || provider_not_ready {
+        NextLook::Soon
+    } else if rows.iter().all(|r| r.available) {
+        NextLook::SyncPeriod
+    } else {
+        NextLook::Backoff
+    }
 }
 
 fn error_policy(image: Arc<VMImage>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -189,4 +190,50 @@ fn error_policy(image: Arc<VMImage>, error: &Error, ctx: Arc<Context>) -> Action
     tracing::warn!(image = %image.name_any(), %error, "reconcile failed");
     ctx.metrics.reconciled(NAME, "error", Duration::ZERO);
     Action::requeue(ctx.backoff(&image.name_any()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(available: bool, reason: Option<&str>) -> ImageAvailability {
+        ImageAvailability {
+            namespace: "ns".into(),
+            name: "p".into(),
+            available,
+            resolved: available.then(|| "template-1".into()),
+            reason: reason.map(str::to_owned),
+            message: None,
+        }
+    }
+
+    #[test]
+    fn the_next_look_follows_what_the_rows_say() {
+        let cases = [
+            (vec![], NextLook::Soon),
+            (vec![row(true, None)], NextLook::SyncPeriod),
+            (vec![row(true, None), row(true, None)], NextLook::SyncPeriod),
+            (
+                vec![row(true, None), row(false, Some("ProviderNotReady"))],
+                NextLook::Soon,
+            ),
+            (vec![row(false, Some("ImageNotFound"))], NextLook::Backoff),
+            // A transient lookup failure on a Ready Provider (the fault suite's
+            // random run waited a 30 s sync period for this one).
+            (
+                vec![row(true, None), row(false, Some("SimulatedFault"))],
+                NextLook::Backoff,
+            ),
+            (
+                vec![
+                    row(false, Some("SimulatedFault")),
+                    row(false, Some("ProviderNotReady")),
+                ],
+                NextLook::Soon,
+            ),
+        ];
+        for (rows, want) in cases {
+            assert_eq!(next_look(&rows), want, "{rows:?}");
+        }
+    }
 }

@@ -33,6 +33,7 @@ mod create_slots;
 pub mod disk_copy;
 mod events;
 mod expected;
+mod failure_backoff;
 mod feed;
 mod image;
 mod infra;

@@ -90,7 +90,7 @@ impl Drop for CrashableOperator {
 }
 
 /// `BANLIEUE_TEST_LOG=<filter>` (e.g. `info,kube=debug`) prints the operator's logs.
-fn init_logging() {
+pub(crate) fn init_logging() {
     if let Ok(filter) = std::env::var("BANLIEUE_TEST_LOG") {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))

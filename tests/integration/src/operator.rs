@@ -50,6 +50,7 @@ impl Operator {
         sim: Arc<SimFactory>,
         sync_period: Duration,
     ) -> Self {
+        crate::crashable::init_logging();
         let settings = Settings {
             namespace: Some(namespace.to_owned()),
             watch_filter: None,

@@ -30,12 +30,12 @@ use kube::runtime::reflector::Store;
 use serde_json::json;
 
 mod capi;
+mod create_cap;
 mod ipam;
 mod plan;
 
 use super::MACHINE_FINALIZER;
 use super::context::{Context, key_of};
-use super::create_slots;
 use super::feed::Subscription;
 use super::status_write;
 use super::watch;
@@ -276,7 +276,7 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             return stopped(machine, ctx, stop).await;
         }
     };
-    let creating = match admit_create(machine, ctx, provider, &backend) {
+    let creating = match create_cap::admit_create(machine, ctx, provider, &backend) {
         Ok(creating) => creating,
         Err(stop) => return stopped(machine, ctx, stop).await,
     };
@@ -342,7 +342,7 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             Err(error) => !error.is_transient(),
         };
         if done {
-            release_create(machine, ctx);
+            create_cap::release_create(machine, ctx);
         }
     }
     match ensured {
@@ -382,66 +382,10 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
                 )
                 .await;
             }
-            Ok(action(machine, ctx, next.retry))
+            let retry = action(machine, ctx, next.retry);
+            tracing::debug!(machine = %key_of(machine), reason = %error.reason, ?retry, "ensure failed");
+            Ok(retry)
         }
-    }
-}
-
-/// How soon a machine queued behind its Provider's create cap looks again.
-const CREATE_QUEUE_RECHECK: Duration = Duration::from_secs(1);
-
-fn provider_key(provider: &Provider) -> String {
-    format!(
-        "{}/{}",
-        provider.namespace().unwrap_or_default(),
-        provider.name_any()
-    )
-}
-
-/// Whether this reconcile creates (a machine without a provider ID, or one still
-/// holding a create slot), having taken a slot under the Provider's cap; the stop
-/// that says why not when every slot is taken or the setting is bad.
-fn admit_create<K: Machine>(
-    machine: &K,
-    ctx: &Context,
-    provider: &Provider,
-    backend: &super::backends::Instrumented,
-) -> Result<bool, plan::Stop> {
-    let key = provider_key(provider);
-    let uid = machine.uid().unwrap_or_default();
-    let has_vm = machine.provider_id().is_some_and(|id| !id.is_empty());
-    if has_vm && !ctx.create_slots.holds(&key, &uid) {
-        return Ok(false);
-    }
-    let cap = create_slots::cap(
-        &provider.spec.settings,
-        backend.default_max_concurrent_creates(),
-    )
-    .map_err(|message| plan::Stop::Waiting {
-        reason: "InvalidSettings",
-        message: format!("Provider {}: {message}", provider.name_any()),
-        retry: plan::Retry::Backoff,
-    })?;
-    let admission = ctx.create_slots.admit(&key, &uid, cap);
-    ctx.metrics.creates(&key, ctx.create_slots.in_flight(&key));
-    match admission {
-        create_slots::Admission::Go => Ok(true),
-        create_slots::Admission::Queued { in_flight, cap } => Err(plan::Stop::Waiting {
-            reason: "CreateQueued",
-            message: format!(
-                "{in_flight} machines are being created on Provider {}, its cap (spec.settings.{}: {cap}); this one starts when one of them is done",
-                provider.name_any(),
-                create_slots::MAX_CONCURRENT_CREATES_SETTING
-            ),
-            retry: plan::Retry::After(CREATE_QUEUE_RECHECK),
-        }),
-    }
-}
-
-/// Gives back the machine's create slot, if it holds one.
-fn release_create<K: Machine>(machine: &K, ctx: &Context) {
-    if let Some(key) = ctx.create_slots.release(&machine.uid().unwrap_or_default()) {
-        ctx.metrics.creates(&key, ctx.create_slots.in_flight(&key));
     }
 }
 
@@ -481,7 +425,7 @@ async fn stopped<K: Machine>(
 
 async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {
     // Going: its create, if still running, no longer holds back the others.
-    release_create(machine, ctx);
+    create_cap::release_create(machine, ctx);
     // Before the pause check: `clusterctl move` pauses the Cluster before it deletes.
     if deleted_for_move(machine.meta()) {
         // clusterctl move recreated this object elsewhere, where it adopts the VM by
