@@ -34,6 +34,13 @@ bench-copy: libvirt fake-cloud-hypervisor ## CopyDisk copy throughput (a 2 GiB d
 	bin=$${CARGO_TARGET_DIR:-target}/release; \
 	"$$bin/copy-bench" --fake-vmm "$$bin/fake-ch-vmm" $(BENCH_COPY_ARGS)
 
+.PHONY: bench-backends
+bench-backends: vcsim fakepve ## Backend floors: banlieue's API calls, sessions and times for N=100 machines on vcsim and fakepve as ratios to a minimal client doing the same lifecycle (release build); BENCH_BACKENDS_ARGS for more flags (--n N, --backends vsphere,proxmox). Report in docs/benchmarks/.
+	@hack/build-deps.sh; assets=$$($(TESTBIN_BUILD)); \
+	$(CARGO) build --locked --release -p banlieue-integration-tests --bin backend-floor-bench; \
+	bin=$${CARGO_TARGET_DIR:-target}/release; \
+	KUBEBUILDER_ASSETS="$$assets" "$$bin/backend-floor-bench" $(BENCH_BACKENDS_ARGS)
+
 .PHONY: test
 # One-off suite runs gain nothing from incremental artifacts, and they take several GiB
 # (more than a small CI disk has left for the copy tests' staging).

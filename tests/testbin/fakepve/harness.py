@@ -29,6 +29,8 @@ Then it reads one JSON command per line on stdin and answers one JSON line on st
     lose_quorum / regain_quorum
     revoke_tickets                       every ticket becomes invalid (401)
     requests {since}                     the requests seen (method, path), from index `since`
+    request_counts                       every request so far, counted by route: {"GET /nodes/{node}/qemu/{vmid}/config": 12, ...}
+    floor {n}                            the fewest requests for banlieue's lifecycle on n machines at once (floor.py): requests by route and seconds to all addressed, then to all gone
     uploads                              files uploaded to storages: {name: {storage, content, data (base64)}}
     isos                                 the ISO files on each storage: {storage: [name, ...]}
 
@@ -45,10 +47,14 @@ import json
 import os
 import secrets
 import sys
+import re
 import urllib.parse
+from collections import Counter
 
 from fakepve import FakePve, TaskError
 from fakepve.certs import make_cert
+
+import floor
 
 TEMPLATE_ID = 9000
 
@@ -97,6 +103,27 @@ def grow_drive(vm, key, size):
     vm.config[key] = ','.join([parts[0]] + sorted(props + ['size={0}G'.format(new >> 30)]))
 
 
+def route(method, path):
+    """`GET /nodes/{node}/qemu/{vmid}/config` for `GET /api2/json/nodes/pve1/qemu/104/config`."""
+    parts = path.split('/api2/json', 1)[-1].split('/')
+    out = []
+    for i, part in enumerate(parts):
+        before = parts[i - 1] if i else ''
+        if before == 'nodes':
+            part = '{node}'
+        elif part.isdigit():
+            part = '{vmid}'
+        elif part.startswith('UPID:'):
+            part = '{upid}'
+        elif before == 'storage':
+            part = '{storage}'
+        elif before == 'content':
+            out.append('{volume}')  # a volume ID may hold a '/' (local:iso/seed.iso)
+            break
+        out.append(part)
+    return '{0} {1}'.format(method, re.sub('/+$', '', '/'.join(out)))
+
+
 def view(vm):
     config = dict((k, v) for k, v in vm.config.items() if isinstance(v, (str, int, float)))
     return {'vmid': vm.vmid, 'name': vm.name, 'node': vm.node, 'status': vm.status, 'lock': vm.lock,
@@ -106,6 +133,7 @@ def view(vm):
 class Harness(object):
     def __init__(self, pve):
         self.pve = pve
+        self.ready = None
         self.fail_clone = None
         # Clones copying now, the most at once, and how long each copy takes (real seconds).
         self.clones_running = 0
@@ -160,6 +188,11 @@ class Harness(object):
             return answer
         pve._generic = resizing_generic
 
+    def request_counts(self):
+        # fakepve drops its oldest requests beyond max_requests; the harness raises it
+        # so that none is lost between two counts.
+        return Counter(route(m, p) for (m, p, _b) in self.pve.requests)
+
     async def agents(self):
         while True:
             for vm in list(self.pve.vms):
@@ -202,6 +235,12 @@ class Harness(object):
             return {'uploads': self.uploads}
         elif cmd == 'isos':
             return {'isos': dict((name, sorted(store.get('files', ()))) for name, store in pve.storages.items())}
+        elif cmd == 'request_counts':
+            return {'counts': dict(self.request_counts())}
+        elif cmd == 'floor':
+            r = self.ready
+            return await floor.floor(pve, r['tokenID'], r['tokenSecret'], r['caFile'], r['templateID'],
+                                     int(c['n']), lambda: dict(self.request_counts()))
         elif cmd == 'requests':
             since = int(c.get('since', 0))
             return {'requests': [[m, p] for (m, p, _b) in pve.requests[since:]], 'next': len(pve.requests)}
@@ -224,6 +263,7 @@ async def main():
     token_id, token_secret = 'root@pam!banlieue', secrets.token_hex(16)
     pve.apitokens[token_id] = token_secret
     pve.users['banlieue@pve'] = password
+    pve.max_requests = 10 ** 7
     harness = Harness(pve)
 
     os.makedirs(args.dir, exist_ok=True)
@@ -235,6 +275,7 @@ async def main():
     ready = {'endpoint': 'https://127.0.0.1:{0}'.format(pve.port), 'caFile': certfile, 'caPem': ca_pem,
              'tokenID': token_id, 'tokenSecret': token_secret, 'username': 'banlieue@pve', 'password': password,
              'templateID': TEMPLATE_ID, 'nodes': sorted(pve.nodes), 'cluster': pve.cluster_name}
+    harness.ready = ready
     print(json.dumps(ready), flush=True)
 
     loop = asyncio.get_running_loop()

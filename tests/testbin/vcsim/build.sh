@@ -9,7 +9,7 @@ cd "$(dirname "$0")"
 command -v go >/dev/null || { echo "vcsim: Go is required (https://go.dev/doc/install)" >&2; exit 1; }
 go_version=$(go env GOVERSION)
 govmomi_version=$(sed -n 's/^require github.com\/vmware\/govmomi //p; s/^[[:space:]]*github.com\/vmware\/govmomi \(v[^ ]*\).*/\1/p' go.mod | head -1)
-src_hash=$(cat go.mod go.sum main.go | sha256sum | cut -c1-12)
+src_hash=$(cat go.mod go.sum *.go | sha256sum | cut -c1-12)
 cache_root=${BANLIEUE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/banlieue}
 dir="$cache_root/vcsim/govmomi-${govmomi_version}_${go_version}_${src_hash}"
 

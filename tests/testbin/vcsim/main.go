@@ -25,6 +25,7 @@
 //	clear_faults                     forget injected faults
 //	task_delay {ms}                  every task waits ms milliseconds before it runs
 //	calls                            how often each method was called, by name (the harness's own calls included)
+//	floor {n}                        the fewest calls for banlieue's lifecycle on n machines at once, on one new session (floor.go): calls and seconds to all addressed, then to all gone
 //
 // Powered-on VMs get a guest IP (as VMware Tools would report) after a short while:
 // <ip-prefix>.<n / 256>.<n % 256>. EOF on stdin stops the server.
@@ -128,6 +129,9 @@ type harness struct {
 	faults map[string]*taskFault
 	armed  []armed
 	calls  map[string]int
+	// Where the floor client logs in (the server's URL with the credentials), and the template it clones.
+	url      *url.URL
+	template string
 }
 
 // armed is a task failure waiting for the next task on an object.
@@ -246,6 +250,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	h.url, h.template = &u, template
 
 	go guestIPs(model, *ipPrefix)
 
@@ -360,6 +365,7 @@ type request struct {
 	Message string `json:"message"`
 	Times   int    `json:"times"`
 	Ms      int    `json:"ms"`
+	N       int    `json:"n"`
 }
 
 func command(ctx context.Context, c *govmomi.Client, h *harness, own, line string) (map[string]any, error) {
@@ -426,6 +432,8 @@ func command(ctx context.Context, c *govmomi.Client, h *harness, own, line strin
 		// Every task waits this long before it runs (a slow vCenter; clones in flight).
 		simulator.TaskDelay.Delay = r.Ms
 		return map[string]any{}, nil
+	case "floor":
+		return floor(ctx, h, h.url, h.template, r.N)
 	case "clear_faults":
 		h.mu.Lock()
 		h.tasks = map[string]*taskFault{}
