@@ -185,6 +185,17 @@ impl SizeResult {
         self.requests.writes(phase, "operator") as f64 / self.n as f64
     }
 
+    /// Events the operator created per VM in `phase` (counted apart from the minimum).
+    pub fn events_per_vm(&self, phase: &str) -> f64 {
+        let events = self
+            .requests
+            .of(phase, "operator")
+            .get("create events")
+            .copied()
+            .unwrap_or(0);
+        events as f64 / self.n as f64
+    }
+
     /// Operator writes per minute during the idle window.
     pub fn idle_writes_per_minute(&self) -> f64 {
         let writes = self.requests.writes("idle", "operator") as f64;
