@@ -41,7 +41,6 @@ use banlieue_sdk::api::common::ProviderClass;
 use banlieue_sdk::api::{Provider, VMImage, VirtualMachine};
 use banlieue_sdk::backend::BackendRegistry;
 use banlieue_sdk::conditions;
-use banlieue_testenv::TestNamespace;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
@@ -140,14 +139,49 @@ trait Simulator {
     fn calls(&self) -> BTreeMap<String, u64>;
     /// How many of `calls` opened a session.
     fn logins(calls: &BTreeMap<String, u64>) -> u64;
-    /// The Provider's spec and its credentials Secret.
-    fn provider(&self, ns: &TestNamespace) -> Vec<Value>;
+    /// The Provider `hv`, as [`provider`] takes it.
+    fn provider(&self) -> ProviderParts;
     /// The image's `sources`.
     fn image_sources(&self) -> Value;
-    /// The VirtualMachine's `networks`.
-    fn networks(&self) -> Value;
+    /// Every VM the simulator has, the template(s) included, as its harness lists them.
+    fn vms(&self) -> Vec<Value>;
     /// The machines the simulator has, the template(s) left out.
-    fn machines_left(&self) -> usize;
+    fn machines_left(&self) -> usize {
+        self.vms()
+            .iter()
+            .filter(|vm| vm["template"] != true)
+            .count()
+    }
+}
+
+/// What differs between the backends' Providers: class, connection, credentials and
+/// where the `fast` storage class and the `lan` network class go.
+struct ProviderParts {
+    class: &'static str,
+    endpoint: String,
+    ca_pem: String,
+    credentials: Value,
+    storage: Value,
+    network: Value,
+}
+
+/// The Provider `hv` (with its credentials Secret) that banlieue's side uses.
+fn provider(parts: ProviderParts) -> [Value; 2] {
+    [
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hv-credentials"},
+               "stringData": parts.credentials}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "hv"},
+        "spec": {
+            "class": parts.class,
+            "connection": {"endpoint": parts.endpoint,
+                           "credentialsRef": {"name": "hv-credentials"},
+                           "caBundle": {"inline": parts.ca_pem}},
+            "capabilities": {
+                "storageClasses": [{"name": "fast", "target": parts.storage}],
+                "networkClasses": [{"name": "lan", "target": parts.network}]
+            }
+        }}),
+    ]
 }
 
 struct VcsimSide(Vcsim);
@@ -159,36 +193,22 @@ impl Simulator for VcsimSide {
     fn logins(calls: &BTreeMap<String, u64>) -> u64 {
         calls.get("Login").copied().unwrap_or(0)
     }
-    fn provider(&self, _ns: &TestNamespace) -> Vec<Value> {
+    fn provider(&self) -> ProviderParts {
         let sim = &self.0.ready;
-        vec![
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hv-credentials"},
-                   "stringData": {"username": sim.username, "password": sim.password}}),
-            json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "hv"},
-            "spec": {
-                "class": "vsphere",
-                "connection": {"endpoint": format!("{}/sdk", sim.endpoint),
-                               "credentialsRef": {"name": "hv-credentials"},
-                               "caBundle": {"inline": sim.ca_pem}},
-                "capabilities": {
-                    "storageClasses": [{"name": "fast", "target": {"datastore": "LocalDS_0"}}],
-                    "networkClasses": [{"name": "lan", "target": {"portGroup": "VM Network"}}]
-                }
-            }}),
-        ]
+        ProviderParts {
+            class: "vsphere",
+            endpoint: format!("{}/sdk", sim.endpoint),
+            ca_pem: sim.ca_pem.clone(),
+            credentials: json!({"username": sim.username, "password": sim.password}),
+            storage: json!({"datastore": "LocalDS_0"}),
+            network: json!({"portGroup": "VM Network"}),
+        }
     }
     fn image_sources(&self) -> Value {
         json!({"vsphere": {"template": self.0.ready.template}})
     }
-    fn networks(&self) -> Value {
-        json!([{"name": "eth0", "networkClass": "lan"}])
-    }
-    fn machines_left(&self) -> usize {
-        self.0
-            .vms()
-            .iter()
-            .filter(|vm| vm["template"] != true)
-            .count()
+    fn vms(&self) -> Vec<Value> {
+        self.0.vms()
     }
 }
 
@@ -201,36 +221,22 @@ impl Simulator for FakePveSide {
     fn logins(calls: &BTreeMap<String, u64>) -> u64 {
         calls.get("POST /access/ticket").copied().unwrap_or(0)
     }
-    fn provider(&self, _ns: &TestNamespace) -> Vec<Value> {
+    fn provider(&self) -> ProviderParts {
         let r = &self.0.ready;
-        vec![
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hv-credentials"},
-                   "stringData": {"tokenID": r.token_id, "tokenSecret": r.token_secret}}),
-            json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "hv"},
-            "spec": {
-                "class": "proxmox",
-                "connection": {"endpoint": r.endpoint,
-                               "credentialsRef": {"name": "hv-credentials"},
-                               "caBundle": {"inline": r.ca_pem}},
-                "capabilities": {
-                    "storageClasses": [{"name": "fast", "target": {"storage": "local-lvm"}}],
-                    "networkClasses": [{"name": "lan", "target": {"bridge": "vmbr0"}}]
-                }
-            }}),
-        ]
+        ProviderParts {
+            class: "proxmox",
+            endpoint: r.endpoint.clone(),
+            ca_pem: r.ca_pem.clone(),
+            credentials: json!({"tokenID": r.token_id, "tokenSecret": r.token_secret}),
+            storage: json!({"storage": "local-lvm"}),
+            network: json!({"bridge": "vmbr0"}),
+        }
     }
     fn image_sources(&self) -> Value {
         json!({"proxmox": {"templateID": self.0.ready.template_id}})
     }
-    fn networks(&self) -> Value {
-        json!([{"name": "eth0", "networkClass": "lan"}])
-    }
-    fn machines_left(&self) -> usize {
-        self.0
-            .vms()
-            .iter()
-            .filter(|vm| vm["template"] != true)
-            .count()
+    fn vms(&self) -> Vec<Value> {
+        self.0.vms()
     }
 }
 
@@ -252,7 +258,7 @@ async fn banlieue<S: Simulator>(
     let ns = banlieue_testenv::namespace(&format!("floor-{}", class.as_str())).await;
     let at_start = sim.calls();
     let others = sim.machines_left();
-    let mut objects = sim.provider(&ns);
+    let mut objects = provider(sim.provider()).to_vec();
     objects.extend([
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-small", ns.name)},
                "spec": {"cpus": 2, "memoryMiB": 1024, "disk": {"sizeGiB": 16, "storageClass": "fast"}}}),
@@ -304,7 +310,7 @@ async fn banlieue<S: Simulator>(
             "spec": {"classRef": {"name": format!("{}-small", ns.name)},
                      "imageRef": {"name": format!("{}-image", ns.name)},
                      "bootstrap": {"format": "cloud-config", "userData": {"name": "user-data"}},
-                     "networks": sim.networks()}
+                     "networks": [{"name": "eth0", "networkClass": "lan"}]}
         });
         let ns = &ns;
         async move {
