@@ -92,6 +92,8 @@ async fn reconcile<K: InfraCluster>(
 ) -> Result<Action, kube::Error> {
     let started = Instant::now();
     let controller = name::<K>();
+    // An unlisted Provider cache would read as "ProviderNotFound".
+    ctx.stores_synced.wait().await;
     let _worker = ctx.metrics.worker(&controller);
     let result = apply(cluster.as_ref(), &ctx).await;
     let outcome = if result.is_ok() { "success" } else { "error" };

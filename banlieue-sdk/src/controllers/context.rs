@@ -201,7 +201,7 @@ pub(crate) struct Context {
     pub copies: super::virtual_machine::copy_disk::job::Jobs,
     /// Whether every shared store has listed once: before, a VM's machines may be
     /// missing from the cache (a move in flight would look finished).
-    pub stores_synced: std::sync::atomic::AtomicBool,
+    pub stores_synced: super::synced::StoresSynced,
     events: super::events::Events,
     writers: Mutex<Option<Writers>>,
     failures: Mutex<HashMap<String, super::failure_backoff::Failures>>,
@@ -305,9 +305,7 @@ impl Context {
             for synced in listed {
                 let _ = synced.await;
             }
-            context
-                .stores_synced
-                .store(true, std::sync::atomic::Ordering::SeqCst);
+            context.stores_synced.mark();
             readiness.synced();
         });
         tokio::select! {

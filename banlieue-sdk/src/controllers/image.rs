@@ -58,6 +58,8 @@ pub(crate) async fn run(
 const PROVIDER_RECHECK: std::time::Duration = std::time::Duration::from_secs(3);
 
 async fn reconcile(image: Arc<VMImage>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // With the Provider cache unlisted, the image would read as served nowhere.
+    ctx.stores_synced.wait().await;
     let started = Instant::now();
     let _worker = ctx.metrics.worker(NAME);
     let mut rows = Vec::new();

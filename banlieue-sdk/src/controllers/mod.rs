@@ -45,6 +45,7 @@ mod placements;
 mod provider;
 mod status_patch;
 mod status_write;
+mod synced;
 mod template;
 mod virtual_machine;
 mod watch;

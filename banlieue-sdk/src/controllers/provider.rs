@@ -139,7 +139,7 @@ async fn cleanup(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
     let namespace = provider.namespace().unwrap_or_default();
     let name = provider.name_any();
     // Before the machine caches have listed, "no machines" means "not known yet".
-    let synced = ctx.stores_synced.load(std::sync::atomic::Ordering::SeqCst);
+    let synced = ctx.stores_synced.is_synced();
     let holders = ctx.stores.machines_on(&namespace, &name);
     if !synced || !holders.is_empty() {
         let message = deletion_blocked(&holders, synced);

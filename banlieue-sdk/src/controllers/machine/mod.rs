@@ -163,6 +163,9 @@ async fn reconcile<K: Machine>(
 ) -> Result<Action, finalizer::Error<Error>> {
     let started = Instant::now();
     let controller = name::<K>();
+    // Decided on before the Provider cache has listed, every machine would be
+    // "ProviderNotFound" for a moment after a new leader starts.
+    ctx.stores_synced.wait().await;
     let _worker = ctx.metrics.worker(&controller);
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
     let result = finalizer(&api, MACHINE_FINALIZER, machine, |event| async {

@@ -150,7 +150,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     // Dereference: everything the plan decides on, from the caches.
     let namespace = vm.namespace().unwrap_or_default();
     let uid = vm.uid().unwrap_or_default();
-    let synced = ctx.stores_synced.load(std::sync::atomic::Ordering::SeqCst);
+    let synced = ctx.stores_synced.is_synced();
     let existing = if synced {
         infra::find(ctx, &namespace, &vm.name_any(), &uid)
     } else {
