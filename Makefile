@@ -41,6 +41,13 @@ bench-backends: vcsim fakepve ## Backend floors: banlieue's API calls, sessions 
 	bin=$${CARGO_TARGET_DIR:-target}/release; \
 	KUBEBUILDER_ASSETS="$$assets" "$$bin/backend-floor-bench" $(BENCH_BACKENDS_ARGS)
 
+.PHONY: bench-capi-peer
+bench-capi-peer: testbin ## One CAPI workload (a Cluster, MachineDeployments of N Machines) against banlieue and against Cluster API's in-memory provider (CAPD DevMachines, tests/testbin/capi-peer), same CAPI manager, QPS and concurrency; BENCH_CAPI_PEER_ARGS for more flags (--sizes 100,1000, --repeat N). Report in docs/benchmarks/.
+	@hack/build-deps.sh; assets=$$($(TESTBIN_BUILD)); capi=$$(tests/testbin/capi/build.sh); peer=$$(tests/testbin/capi-peer/build.sh); \
+	$(CARGO) build --locked --release -p banlieue -p banlieue-bench; \
+	bin=$${CARGO_TARGET_DIR:-target}/release; \
+	KUBEBUILDER_ASSETS="$$assets" BANLIEUE_CAPI_DIR="$$capi" "$$bin/capi-peer-bench" --operator "$$bin/banlieue" --peer-dir "$$peer" $(BENCH_CAPI_PEER_ARGS)
+
 .PHONY: test
 # One-off suite runs gain nothing from incremental artifacts, and they take several GiB
 # (more than a small CI disk has left for the copy tests' staging).

@@ -19,12 +19,11 @@
 //! hand-written `data/<date>/notes.md`, if present, is appended to the report.
 
 mod baseline;
-mod measure;
-mod operator;
 mod report;
 mod result;
-mod svg;
 mod workload;
+
+use banlieue_bench::{bench_client, measure, operator, svg};
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -32,12 +31,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use banlieue_testenv::{Component, ControlPlane, ControlPlaneConfig};
 use clap::Parser;
-use http::{HeaderName, HeaderValue};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 
 use crate::baseline::{Baseline, Flow};
-use crate::measure::{BENCH_USER_AGENT, Phase, ProcSample, RequestCounts};
+use crate::measure::{Phase, ProcSample, RequestCounts};
 use crate::operator::Operator;
 use crate::result::{Pair, SizeResult};
 use crate::workload::{Curve, Tracker};
@@ -456,18 +454,6 @@ async fn run_operator(args: &Args, n: usize, idle: bool) -> anyhow::Result<Opera
         ])
         .await?;
     Ok(run)
-}
-
-/// An admin client whose requests carry the `User-Agent` [`BENCH_USER_AGENT`].
-async fn bench_client(control_plane: &ControlPlane) -> anyhow::Result<Client> {
-    // Building one harness client installs rustls's crypto provider for the process.
-    drop(control_plane.client().await);
-    let mut config = control_plane.kube_config();
-    config.headers.push((
-        HeaderName::from_static("user-agent"),
-        HeaderValue::from_static(BENCH_USER_AGENT),
-    ));
-    Ok(Client::try_from(config)?)
 }
 
 /// `<cores> cores, <memory> GiB, <kernel>`.

@@ -118,8 +118,25 @@ struct AuditObjectRef {
     subresource: String,
 }
 
-/// Reads the audit log at `path` and counts the requests of each phase.
+/// Reads the audit log at `path` and counts the requests of each phase: the benchmark's
+/// own as `bench`, everyone else's as `operator`.
 pub fn count_requests(path: &Path, phases: &[Phase]) -> anyhow::Result<RequestCounts> {
+    count_requests_by(path, phases, |agent| {
+        Some(if agent.starts_with(BENCH_USER_AGENT) {
+            "bench"
+        } else {
+            "operator"
+        })
+    })
+}
+
+/// Reads the audit log at `path` and counts the requests of each phase under the actor
+/// `actor_of` names for their `User-Agent` (`None`: not counted).
+pub fn count_requests_by(
+    path: &Path,
+    phases: &[Phase],
+    actor_of: impl Fn(&str) -> Option<&'static str>,
+) -> anyhow::Result<RequestCounts> {
     let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut counts = RequestCounts::default();
     for line in BufReader::new(file).lines() {
@@ -141,10 +158,8 @@ pub fn count_requests(path: &Path, phases: &[Phase]) -> anyhow::Result<RequestCo
         let Some(phase) = phases.iter().find(|p| p.start <= at && at < p.end) else {
             continue;
         };
-        let actor = if event.user_agent.starts_with(BENCH_USER_AGENT) {
-            "bench"
-        } else {
-            "operator"
+        let Some(actor) = actor_of(&event.user_agent) else {
+            continue;
         };
         let resource = match &event.object_ref {
             Some(r) if !r.subresource.is_empty() => format!("{}/{}", r.resource, r.subresource),

@@ -42,11 +42,10 @@ use serde_json::{Value, json};
 
 use aggregate::{aggregate_forever, aggregate_once};
 pub use manifests::{crds_with_conversion, rbac_objects, webhook_configurations};
+// For other controller-runtime managers run beside CAPI's (the peer of `make bench-capi-peer`).
 use manifests::{install_crds, install_rbac, install_webhooks};
-use process::{
-    free_ports, http_ok, spawn_manager, stop_at_exit, webhooks_answer,
-    write_impersonating_kubeconfig, write_serving_cert,
-};
+pub use process::{free_ports, http_ok, spawn_manager, write_serving_cert};
+use process::{stop_at_exit, webhooks_answer, write_impersonating_kubeconfig};
 
 /// The ServiceAccount the manager runs as (by impersonation).
 pub const SERVICE_ACCOUNT: &str = "system:serviceaccount:capi-system:capi-manager";

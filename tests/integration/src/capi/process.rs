@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::{NAMESPACE, SERVICE_ACCOUNT, SERVICE_ACCOUNT_GROUPS};
 
 /// Reserves distinct free loopback ports by binding them all at once.
-pub(super) fn free_ports<const N: usize>() -> Result<[u16; N], String> {
+pub fn free_ports<const N: usize>() -> Result<[u16; N], String> {
     let listeners = (0..N)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()
@@ -33,7 +33,7 @@ pub(super) fn free_ports<const N: usize>() -> Result<[u16; N], String> {
 
 /// A CA and a serving certificate for 127.0.0.1/localhost signed by it, written as
 /// `tls.crt`/`tls.key` (the manager's defaults); returns the CA's PEM.
-pub(super) fn write_serving_cert(dir: &Path) -> Result<String, String> {
+pub fn write_serving_cert(dir: &Path) -> Result<String, String> {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
         KeyPair, KeyUsagePurpose,
@@ -120,7 +120,9 @@ current-context: capi-manager
     std::fs::write(out, yaml).map_err(|e| format!("capi rig: writing {}: {e}", out.display()))
 }
 
-pub(super) fn spawn_manager(rig: &Path, args: &[String], log: &Path) -> Result<Child, String> {
+/// Starts `<rig>/manager` with `args`, output to `log`, in its own process group, killed
+/// by the kernel when the spawning thread dies (`PR_SET_PDEATHSIG`).
+pub fn spawn_manager(rig: &Path, args: &[String], log: &Path) -> Result<Child, String> {
     let file = std::fs::File::create(log).map_err(|e| format!("capi rig: {e}"))?;
     let stderr = file.try_clone().map_err(|e| format!("capi rig: {e}"))?;
     let mut command = Command::new(rig.join("manager"));
@@ -176,7 +178,7 @@ pub(super) fn stop_at_exit(pid: u32) {
 }
 
 /// A plain-HTTP GET answering 200.
-pub(super) fn http_ok(addr: &str, path: &str) -> bool {
+pub fn http_ok(addr: &str, path: &str) -> bool {
     let probe = || -> std::io::Result<String> {
         let mut stream = TcpStream::connect(addr)?;
         stream.set_read_timeout(Some(Duration::from_secs(2)))?;

@@ -1,0 +1,28 @@
+//! What the benchmark binaries share: the audit-log and `/proc` measurements, the
+//! operator child process, and the SVG charts.
+//!
+//! `banlieue-bench` (`make bench`) is the scale benchmark against the minimal-writes
+//! floor; `capi-peer-bench` (`make bench-capi-peer`) runs one Cluster API workload
+//! against banlieue and against Cluster API's own in-memory provider.
+
+pub mod measure;
+pub mod operator;
+pub mod svg;
+
+use http::{HeaderName, HeaderValue};
+use kube::Client;
+
+/// A client of `control_plane` whose requests carry [`measure::BENCH_USER_AGENT`], so the
+/// audit log tells them from the operator's.
+pub async fn bench_client(
+    control_plane: &banlieue_testenv::ControlPlane,
+) -> anyhow::Result<Client> {
+    // Building one harness client installs rustls's crypto provider for the process.
+    drop(control_plane.client().await);
+    let mut config = control_plane.kube_config();
+    config.headers.push((
+        HeaderName::from_static("user-agent"),
+        HeaderValue::from_static(measure::BENCH_USER_AGENT),
+    ));
+    Ok(Client::try_from(config)?)
+}
