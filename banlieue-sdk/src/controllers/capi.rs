@@ -1,9 +1,9 @@
-//! Reading Cluster API objects at reconcile time: whether CAPI is installed, the
-//! owning Machine and Cluster, and the Providers an InfraCluster spans.
+//! Reading Cluster API objects at reconcile time: whether CAPI is installed, a Cluster
+//! (for the InfraCluster controller, which reconciles rarely), and the Providers an
+//! InfraCluster spans.
 //!
-//! These are live reads, not caches: CAPI objects are few next to VMs, and a stale
-//! Machine (bootstrap data not yet seen) or Cluster (pause not yet seen) costs more
-//! than a GET.
+//! These are live reads. The infrastructure machine controllers, which reconcile once
+//! per machine and more, read Machines and Clusters from `capi_cache` instead.
 
 use std::collections::BTreeSet;
 
@@ -12,7 +12,7 @@ use kube::{Client, discovery};
 
 use super::context::Context;
 use crate::capi::failure_domains::PROVIDER_ATTRIBUTE;
-use crate::capi::objects::{Cluster, Machine};
+use crate::capi::objects::Cluster;
 use crate::capi::{GROUP, VERSION};
 
 /// True when the API server serves `cluster.x-k8s.io/v1beta2` Machines and Clusters.
@@ -28,17 +28,6 @@ pub(crate) async fn installed(client: &Client) -> bool {
         }
         Err(_) => false,
     }
-}
-
-/// The CAPI Machine `name` in `namespace`, if it exists.
-pub(crate) async fn machine(
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<Machine>, kube::Error> {
-    Api::<Machine>::namespaced(ctx.client.clone(), namespace)
-        .get_opt(name)
-        .await
 }
 
 /// The CAPI Cluster `name` in `namespace`, if it exists.

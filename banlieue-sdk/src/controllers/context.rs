@@ -190,6 +190,9 @@ pub(crate) struct Context {
     /// Whether Cluster API's `cluster.x-k8s.io/v1beta2` was served at start-up (then
     /// its Machines and Clusters are watched).
     pub capi_installed: bool,
+    /// Cluster API Machines and Clusters, cached from shared watches (when Cluster API
+    /// is installed).
+    pub capi: Option<super::capi_cache::CapiCache>,
     /// Failure domains banlieue chose for CAPI machines, by uid, until their status
     /// says so (so replicas created together spread instead of piling up).
     pub capi_placements: Mutex<HashMap<String, String>>,
@@ -222,7 +225,9 @@ impl Context {
         let (classes, classes_w) = reflector::store();
         let (images, images_w) = reflector::store();
         let kinds = registry.kinds().clone();
-        let machines = kinds.entries().iter().map(|e| e.runtime.slot()).collect();
+        let machines: Vec<_> = kinds.entries().iter().map(|e| e.runtime.slot()).collect();
+        // One set of triggers per infrastructure machine controller (one per kind).
+        let capi = capi_installed.then(|| super::capi_cache::CapiCache::new(machines.len()));
         let reporter = Reporter {
             controller: "banlieue".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -244,6 +249,7 @@ impl Context {
             vms: OnceLock::new(),
             placements: Mutex::new(Placements::default()),
             capi_installed,
+            capi,
             capi_placements: Mutex::new(HashMap::new()),
             written: WrittenStatuses::default(),
             create_slots: Default::default(),
@@ -291,6 +297,11 @@ impl Context {
                 tasks.push(watch);
                 listed.push(synced);
             }
+        }
+        if let Some(capi) = &self.capi {
+            let (watches, synced) = capi.feeds(client, settings);
+            tasks.extend(watches);
+            listed.extend(synced);
         }
         // kube's ready signal wakes only one waiter per store: the stores no controller
         // waits on are waited on here; the infra machine kinds' controllers wait on

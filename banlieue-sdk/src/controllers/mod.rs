@@ -27,6 +27,7 @@
 mod backends;
 mod bootstrap;
 mod capi;
+mod capi_cache;
 mod cluster;
 mod context;
 mod create_slots;

@@ -35,6 +35,9 @@ pub(super) enum Gate {
         placement: Placement,
         /// The owner Machine's bootstrap data Secret.
         bootstrap_secret: String,
+        /// That Secret, when this step read it already (before the machine exists,
+        /// for its format), so it is read once per reconcile.
+        read: Option<Box<Secret>>,
     },
     /// Paused (by the annotation or the Cluster).
     Paused(&'static str),
@@ -62,12 +65,10 @@ pub(super) async fn paused<K: Machine>(
 ) -> Result<Option<&'static str>, Error> {
     let meta = machine.meta();
     let cluster = match metadata::cluster_name(meta) {
-        Some(name) if ctx.capi_installed => {
-            capi::cluster(ctx, &machine.namespace().unwrap_or_default(), name).await?
-        }
-        _ => None,
+        Some(name) => cached_cluster(ctx, &machine.namespace().unwrap_or_default(), name),
+        None => None,
     };
-    Ok(metadata::paused(meta, cluster.as_ref()))
+    Ok(metadata::paused(meta, cluster.as_deref()))
 }
 
 /// Labels CAPI puts on the machines of one MachineDeployment / MachineSet / control
@@ -78,6 +79,19 @@ const GROUP_LABELS: [&str; 3] = [
     "cluster.x-k8s.io/control-plane-name",
 ];
 
+/// The failure domain banlieue gave a machine CAPI left unplaced, if it gave one: the
+/// one its status reports, else the one remembered since it was chosen.
+fn already_chosen<K: Machine>(machine: &K, ctx: &Context) -> Option<String> {
+    if let Some(landed) = machine
+        .machine_status()
+        .and_then(|s| s.failure_domain.clone())
+    {
+        return Some(landed);
+    }
+    let ledger = ctx.capi_placements.lock().expect("capi placements");
+    ledger.get(&machine.uid().unwrap_or_default()).cloned()
+}
+
 /// A failure domain for a machine CAPI left unplaced: the one it already has, else
 /// the emptiest among its cluster's for its group (remembered until status says so).
 fn choose<K: Machine>(
@@ -86,17 +100,11 @@ fn choose<K: Machine>(
     domains: &capi::ClusterDomains,
     serves: impl Fn(&str) -> bool,
 ) -> Option<String> {
+    if let Some(chosen) = already_chosen(machine, ctx) {
+        return Some(chosen);
+    }
     let uid = machine.uid().unwrap_or_default();
-    if let Some(landed) = machine
-        .machine_status()
-        .and_then(|s| s.failure_domain.clone())
-    {
-        return Some(landed);
-    }
     let mut ledger = ctx.capi_placements.lock().expect("capi placements");
-    if let Some(chosen) = ledger.get(&uid) {
-        return Some(chosen.clone());
-    }
     let control_plane = machine
         .labels()
         .contains_key("cluster.x-k8s.io/control-plane");
@@ -169,10 +177,10 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
     }
     let namespace = machine.namespace().unwrap_or_default();
     let cluster = match metadata::cluster_name(meta) {
-        Some(name) => capi::cluster(ctx, &namespace, name).await?,
+        Some(name) => cached_cluster(ctx, &namespace, name),
         None => None,
     };
-    if let Some(why) = metadata::paused(meta, cluster.as_ref()) {
+    if let Some(why) = metadata::paused(meta, cluster.as_deref()) {
         return Ok(Gate::Paused(why));
     }
     let Some(owner) = metadata::capi_owner(meta, "Machine") else {
@@ -181,7 +189,11 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
             "waiting for a Cluster API Machine to own this object",
         ));
     };
-    let Some(owner) = capi::machine(ctx, &namespace, owner).await? else {
+    let Some(owner) = ctx
+        .capi
+        .as_ref()
+        .and_then(|capi| capi.machine(&namespace, owner))
+    else {
         return Ok(waiting(
             "WaitingForOwner",
             format!("the owner Machine {owner} does not exist (yet)"),
@@ -205,12 +217,21 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
             ),
         ));
     };
-    let domains = capi::cluster_domains(ctx, &namespace, &cluster).await?;
-    // Once the machine exists only its power state is checked: no Secret to read.
-    let format = if machine.provider_id().is_some_and(|id| !id.is_empty()) {
-        BootstrapFormat::CloudConfig
+    // The InfraCluster is read only to place a machine nothing has placed yet.
+    let unplaced = owner.spec.failure_domain.is_none()
+        && machine.provider_ref().is_none()
+        && already_chosen(machine, ctx).is_none();
+    let domains = if unplaced {
+        capi::cluster_domains(ctx, &namespace, &cluster).await?
     } else {
-        bootstrap_format(ctx, &namespace, &bootstrap_secret).await?
+        capi::ClusterDomains::default()
+    };
+    // Once the machine exists only its power state is checked: no format to know.
+    let (format, read) = if machine.provider_id().is_some_and(|id| !id.is_empty()) {
+        (BootstrapFormat::CloudConfig, None)
+    } else {
+        let secret = read_secret(ctx, &namespace, &bootstrap_secret).await?;
+        (bootstrap_format(secret.as_ref()), secret.map(Box::new))
     };
     let chosen = match (&owner.spec.failure_domain, machine.provider_ref()) {
         (Some(_), _) | (None, Some(_)) => None,
@@ -228,6 +249,7 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
             None => Ok(Gate::Capi {
                 placement,
                 bootstrap_secret,
+                read,
             }),
         },
         Err(unplaced) => Ok(waiting(unplaced.reason, unplaced.message)),
@@ -278,23 +300,37 @@ fn incapable<K: Machine>(
     })
 }
 
-/// The format of a bootstrap data Secret (its `format` key; cloud-config without one,
-/// or while the Secret is not there: that wait is reported later).
-async fn bootstrap_format(
+/// The Cluster `name` in `namespace` from the cache (`None` when Cluster API was not
+/// served at start-up, or the cache does not hold it).
+fn cached_cluster(
     ctx: &Context,
     namespace: &str,
-    secret: &str,
-) -> Result<BootstrapFormat, Error> {
+    name: &str,
+) -> Option<std::sync::Arc<crate::capi::objects::Cluster>> {
+    ctx.capi.as_ref()?.cluster(namespace, name)
+}
+
+/// The bootstrap data Secret `name`, if it exists: a live read, as Secrets are not
+/// cached (only the few a machine names are ever read).
+pub(super) async fn read_secret(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Secret>, Error> {
     let secrets: kube::Api<Secret> = kube::Api::namespaced(ctx.client.clone(), namespace);
-    let format = secrets
-        .get_opt(secret)
-        .await?
-        .and_then(|s| s.data)
-        .and_then(|d| d.get("format").map(|v| v.0.clone()));
-    Ok(match format.as_deref() {
+    Ok(secrets.get_opt(name).await?)
+}
+
+/// The format of a bootstrap data Secret (its `format` key; cloud-config without one,
+/// or while the Secret is not there: that wait is reported later).
+fn bootstrap_format(secret: Option<&Secret>) -> BootstrapFormat {
+    let format = secret
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get("format"));
+    match format.map(|v| v.0.as_slice()) {
         Some(b"ignition") => BootstrapFormat::Ignition,
         _ => BootstrapFormat::CloudConfig,
-    })
+    }
 }
 
 /// The capability check of a machine no Cluster API Machine owns, on its

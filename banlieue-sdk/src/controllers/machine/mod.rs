@@ -96,40 +96,33 @@ pub(crate) async fn run<K: Machine>(
         .trigger_backoff(watch::backoff())
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.machine));
     let machines = controller.store();
-    let controller = if ctx.capi_installed {
+    let triggers = ctx.capi.as_ref().and_then(|capi| capi.take_triggers());
+    let controller = if let Some(triggers) = triggers {
         let by_cluster = machines.clone();
+        let (capi_machines, capi_clusters) = triggers.into_streams();
         controller
-            .watches(
-                watch::namespaced::<CapiMachine>(&ctx.client, &ctx.settings),
-                watch::filtered(&ctx.settings),
-                |owner| {
-                    let reference = &owner.spec.infrastructure_ref;
-                    (reference.api_group == crate::api::INFRA_GROUP
-                        && reference.kind == K::kind(&())
-                        && !reference.name.is_empty())
-                    .then(|| {
-                        ObjectRef::new(&reference.name)
-                            .within(&owner.namespace().unwrap_or_default())
+            .watches_stream(capi_machines, |owner: CapiMachine| {
+                let reference = &owner.spec.infrastructure_ref;
+                (reference.api_group == crate::api::INFRA_GROUP
+                    && reference.kind == K::kind(&())
+                    && !reference.name.is_empty())
+                .then(|| {
+                    ObjectRef::new(&reference.name).within(&owner.namespace().unwrap_or_default())
+                })
+            })
+            .watches_stream(capi_clusters, move |cluster: CapiCluster| {
+                let namespace = cluster.namespace();
+                let name = cluster.name_any();
+                by_cluster
+                    .state()
+                    .into_iter()
+                    .filter(|m| {
+                        m.namespace() == namespace
+                            && m.labels().get(CLUSTER_NAME_LABEL) == Some(&name)
                     })
-                },
-            )
-            .watches(
-                watch::namespaced::<CapiCluster>(&ctx.client, &ctx.settings),
-                watch::filtered(&ctx.settings),
-                move |cluster| {
-                    let namespace = cluster.namespace();
-                    let name = cluster.name_any();
-                    by_cluster
-                        .state()
-                        .into_iter()
-                        .filter(|m| {
-                            m.namespace() == namespace
-                                && m.labels().get(CLUSTER_NAME_LABEL) == Some(&name)
-                        })
-                        .map(|m| ObjectRef::from_obj(m.as_ref()))
-                        .collect::<Vec<_>>()
-                },
-            )
+                    .map(|m| ObjectRef::from_obj(m.as_ref()))
+                    .collect::<Vec<_>>()
+            })
     } else {
         controller
     };
@@ -236,7 +229,8 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         capi::Gate::Capi {
             placement,
             bootstrap_secret,
-        } => (Some(placement), Some(bootstrap_secret)),
+            read,
+        } => (Some(placement), Some((bootstrap_secret, read))),
         capi::Gate::Paused(message) => {
             return stopped(machine, ctx, plan::Stop::Paused(message)).await;
         }
@@ -283,24 +277,28 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         Ok(creating) => creating,
         Err(stop) => return stopped(machine, ctx, stop).await,
     };
-    let bootstrap_ref = match (&capi_bootstrap, machine.bootstrap()) {
-        (Some(secret), _) => Some((secret.as_str(), BootstrapFormat::CloudConfig)),
-        (None, Some(reference)) => Some((reference.data_secret_name.as_str(), reference.format)),
+    let bootstrap_ref = match (capi_bootstrap, machine.bootstrap()) {
+        (Some((secret, read)), _) => Some((secret, BootstrapFormat::CloudConfig, read)),
+        (None, Some(reference)) => {
+            Some((reference.data_secret_name.clone(), reference.format, None))
+        }
         (None, None) => None,
     };
     let bootstrap = match bootstrap_ref {
         None => None,
-        Some((secret, format)) => match read_bootstrap(ctx, machine, secret, format).await? {
-            Some(data) => Some(data),
-            None => {
-                let stop = plan::Stop::Waiting {
-                    reason: "BootstrapDataNotFound",
-                    message: format!("bootstrap Secret {secret} not found"),
-                    retry: plan::Retry::After(Duration::from_secs(10)),
-                };
-                return stopped(machine, ctx, stop).await;
+        Some((secret, format, read)) => {
+            match read_bootstrap(ctx, machine, &secret, format, read).await? {
+                Some(data) => Some(data),
+                None => {
+                    let stop = plan::Stop::Waiting {
+                        reason: "BootstrapDataNotFound",
+                        message: format!("bootstrap Secret {secret} not found"),
+                        retry: plan::Retry::After(Duration::from_secs(10)),
+                    };
+                    return stopped(machine, ctx, stop).await;
+                }
             }
-        },
+        }
     };
     let spec = match ipam::ensure(machine, ctx, machine.backend_spec()).await? {
         ipam::Addresses::Resolved(spec) => *spec,
@@ -568,15 +566,19 @@ async fn delete_failed<K: Machine>(
     Err(Error::Backend(error))
 }
 
+/// The bootstrap data in Secret `secret` (`read`, when the CAPI step read it already).
 async fn read_bootstrap<K: Machine>(
     ctx: &Context,
     machine: &K,
     secret: &str,
     format: BootstrapFormat,
+    read: Option<Box<Secret>>,
 ) -> Result<Option<BootstrapData>, Error> {
-    let secrets: Api<Secret> =
-        Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
-    let Some(secret) = secrets.get_opt(secret).await? else {
+    let read = match read {
+        Some(read) => Some(*read),
+        None => capi::read_secret(ctx, &machine.namespace().unwrap_or_default(), secret).await?,
+    };
+    let Some(secret) = read else {
         return Ok(None);
     };
     let data = secret.data.unwrap_or_default();
