@@ -57,6 +57,12 @@ pub struct RunResult {
     pub provider_requests: BTreeMap<String, u64>,
     /// Machines provisioned over time: (seconds since the first apply, count).
     pub curve: Vec<(f64, f64)>,
+    /// Machines created by Cluster API over time (their `creationTimestamp`s).
+    #[serde(default)]
+    pub created: Vec<(f64, f64)>,
+    /// Each Machine's seconds from creation to `InfrastructureReady`.
+    #[serde(default)]
+    pub lags: Vec<f64>,
     /// The Cluster API release (the CAPI manager's, and the peer's).
     pub capi_version: String,
 }
@@ -192,7 +198,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<RunResult> {
         Duration::from_secs(1)
     };
     let mut curve = vec![(0.0, 0.0)];
-    let seconds = loop {
+    let (seconds, last) = loop {
         tokio::time::sleep(poll).await;
         let list = machines.list(&ListParams::default()).await?;
         let provisioned = list
@@ -205,7 +211,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<RunResult> {
         let at = started.elapsed().as_secs_f64();
         curve.push((at, provisioned as f64));
         if provisioned >= args.n {
-            break at;
+            break (at, list.items);
         }
         if provider.exited() {
             bail!("{} exited; see {}", args.side.name(), log.display());
@@ -220,6 +226,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<RunResult> {
         }
     };
     let to = Timestamp::now();
+    let (created, lags) = creation(&last, from);
     let sample = measure::sample(provider.pid(), ticks).context("sampling the provider")?;
     let capi_cpu_seconds = cpu(capi.pid()) - capi_cpu0;
     eprintln!(
@@ -257,8 +264,51 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<RunResult> {
         capi_cpu_seconds,
         provider_requests: counts.of("run", "provider"),
         curve,
+        created,
+        lags,
         capi_version: capi.version().to_owned(),
     })
+}
+
+/// From the Machines at the end: Cluster API's creation curve (their
+/// `creationTimestamp`s, in seconds since `from`) and each Machine's lag from creation
+/// to `InfrastructureReady` (its `lastTransitionTime`). Both have the API's
+/// one-second resolution.
+fn creation(machines: &[DynamicObject], from: Timestamp) -> (Vec<(f64, f64)>, Vec<f64>) {
+    let seconds = |t: &Value| {
+        t.as_str()
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .map(|t| t.duration_since(from).as_secs_f64())
+    };
+    let mut born: Vec<f64> = Vec::new();
+    let mut lags = Vec::new();
+    for machine in machines {
+        let Some(created) = machine
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.duration_since(from).as_secs_f64())
+        else {
+            continue;
+        };
+        born.push(created);
+        let ready = machine.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "InfrastructureReady" && c["status"] == "True")
+            .and_then(|c| seconds(&c["lastTransitionTime"]));
+        if let Some(ready) = ready {
+            lags.push((ready - created).max(0.0));
+        }
+    }
+    born.sort_by(f64::total_cmp);
+    let curve = born
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.max(0.0), (i + 1) as f64))
+        .collect();
+    (curve, lags)
 }
 
 /// Starts the provider of `args.side` with the same QPS, burst and machine concurrency,
