@@ -26,3 +26,26 @@ pub async fn bench_client(
     ));
     Ok(Client::try_from(config)?)
 }
+
+/// The median of `values` (the mean of the middle two for an even count); NaN if empty.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => f64::midpoint(values[n / 2 - 1], values[n / 2]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(vec![]).is_nan());
+    }
+}

@@ -139,6 +139,11 @@ impl Operator {
         )
     }
 
+    /// Whether the operator has exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// Stops the operator: SIGTERM (through `kill(1)`, which needs no unsafe code), then
     /// SIGKILL after `grace`.
     pub fn stop(&mut self, grace: Duration) {

@@ -107,16 +107,7 @@ fn quotient(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { f64::NAN }
 }
 
-/// The median of `values` (the mean of the middle two for an even count); NaN if empty.
-pub fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => values[n / 2],
-        _ => f64::midpoint(values[n / 2 - 1], values[n / 2]),
-    }
-}
+pub use banlieue_bench::median;
 
 impl SizeResult {
     fn over_pairs(&self, of: impl Fn(&Pair) -> f64) -> Option<f64> {
@@ -234,13 +225,6 @@ mod tests {
             baseline_ready_seconds: baseline,
             ..Pair::default()
         }
-    }
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(vec![]).is_nan());
     }
 
     #[test]

@@ -6,19 +6,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use banlieue_bench::median;
 use banlieue_bench::svg::{self, Series};
 
 use crate::Side;
 use crate::run::{BURST, MACHINE_CONCURRENCY, QPS, RunResult};
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
-}
 
 /// One side's medians at one N.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -235,16 +227,4 @@ fn requests_table(md: &mut String, n: usize, ours: &RunResult, peer: &RunResult)
         );
     }
     let _ = writeln!(md, "\n</details>\n");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::median;
-
-    #[test]
-    fn medians_of_odd_even_and_empty() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(vec![]).is_nan());
-    }
 }

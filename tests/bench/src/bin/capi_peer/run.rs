@@ -113,7 +113,7 @@ impl Provider {
 
     fn exited(&mut self) -> bool {
         match self {
-            Self::Banlieue(_) => false,
+            Self::Banlieue(operator) => operator.exited(),
             Self::Peer(child) => child.try_wait().ok().flatten().is_some(),
         }
     }
