@@ -16,6 +16,8 @@ pub struct PendingConfig {
     /// The config the next start will use (pending values over current ones,
     /// pending deletions removed).
     pub effective: Value,
+    /// The config the VM has now (what `GET …/config` would say).
+    pub current: Value,
     /// Keys with a change waiting for a restart, sorted.
     pub waiting: Vec<String>,
 }
@@ -23,11 +25,15 @@ pub struct PendingConfig {
 /// Reads `GET …/pending`'s list (`{key, value, pending, delete}`).
 pub fn read_pending(data: &Value) -> PendingConfig {
     let mut effective = Map::new();
+    let mut current = Map::new();
     let mut waiting = Vec::new();
     for item in data.as_array().into_iter().flatten() {
         let Some(key) = item.get("key").and_then(Value::as_str) else {
             continue;
         };
+        if let Some(v) = item.get("value") {
+            current.insert(key.to_string(), v.clone());
+        }
         let deleted = item.get("delete").and_then(as_u64).unwrap_or(0) > 0;
         if deleted || item.get("pending").is_some() {
             waiting.push(key.to_string());
@@ -42,6 +48,7 @@ pub fn read_pending(data: &Value) -> PendingConfig {
     waiting.sort();
     PendingConfig {
         effective: Value::Object(effective),
+        current: Value::Object(current),
         waiting,
     }
 }
@@ -97,6 +104,10 @@ mod tests {
         assert_eq!(read.effective["cores"], "2");
         assert_eq!(read.effective["scsi1"], "local-lvm:5");
         assert!(read.effective.get("ide3").is_none());
+        // What the VM runs on now: values only, deletions not yet done.
+        assert_eq!(read.current["cores"], 1);
+        assert_eq!(read.current["ide3"], "none,media=cdrom");
+        assert!(read.current.get("scsi1").is_none());
         let spec = spec(json!({"additionalDisks": [{"name": "d", "sizeGiB": 5}]}));
         assert!(spec_changes(&spec, &read.effective).is_empty());
     }

@@ -264,6 +264,23 @@ fn requests() -> Vec<(&'static str, String)> {
             ),
         ),
         (
+            "13b_retrieve_vm_and_task",
+            methods::retrieve_properties_ex(
+                &pc(),
+                &[
+                    PropertySpec {
+                        kind: "VirtualMachine",
+                        paths: VM_PATHS,
+                    },
+                    PropertySpec {
+                        kind: "Task",
+                        paths: TASK_PATHS,
+                    },
+                ],
+                Objects::Many(&[clone(), MoRef::new("Task", "@TASK@")]),
+            ),
+        ),
+        (
             "14_shutdown_guest",
             methods::vm_call("ShutdownGuest", &clone()),
         ),
@@ -507,4 +524,29 @@ fn golden_create_on_imported_disks() {
         panic!("{t:?}")
     };
     assert_eq!(vm.kind, "VirtualMachine");
+}
+
+/// A VM and its task in one `RetrievePropertiesEx` (what a reconcile reads once the
+/// VM's reference is known); once the VM is destroyed, the same read is a
+/// `ManagedObjectNotFound` fault, on which the backend reads them apart.
+#[test]
+fn golden_vm_and_task_in_one_read() {
+    let (objects, _) = methods::decode_retrieve_result(&ok("13b_retrieve_vm_and_task"));
+    assert_eq!(objects.len(), 2, "{objects:?}");
+    let vm = objects
+        .iter()
+        .find(|o| o.obj.kind == "VirtualMachine")
+        .map(Vm::from)
+        .unwrap();
+    assert_eq!(vm.name, "golden-1");
+    assert_eq!(vm.instance_uuid.as_deref(), Some(identity().uid.as_str()));
+    let task = objects.iter().find(|o| o.obj.kind == "Task").unwrap();
+    assert!(matches!(
+        methods::decode_task(task),
+        TaskState::Succeeded(Some(_))
+    ));
+    assert_eq!(
+        fault("17b_retrieve_destroyed_vm_and_task").kind,
+        "ManagedObjectNotFound"
+    );
 }

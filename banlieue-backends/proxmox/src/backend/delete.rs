@@ -1,5 +1,6 @@
 //! [`Backend::delete`](banlieue_sdk::backend::Backend::delete) for Proxmox: stop, destroy and clean up a VM.
 
+use super::ops::Outcome;
 use super::*;
 
 impl ProxmoxBackend {
@@ -10,8 +11,15 @@ impl ProxmoxBackend {
         let retry_after = self.settings.pacing.task_poll_interval;
         let resources = self.resources().await?;
         let found = self.find(identity, &resources).await?;
-        let running = match self.poll(&identity.uid).await {
-            Ok(op) => op,
+        let mut stopped = false;
+        let running = match self.poll_outcome(&identity.uid).await {
+            // Our destroy finished: the VM is gone, whatever the listing before it said.
+            Ok(Outcome::Succeeded(OpKind::Destroy)) => return Ok(Deletion::Gone),
+            Ok(Outcome::Running(kind, upid)) => Some((kind, upid)),
+            Ok(outcome) => {
+                stopped = matches!(outcome, Outcome::Succeeded(OpKind::Stop));
+                None
+            }
             // A failed clone or power task does not block deletion.
             Err(e) if found.is_none() || !e.is_transient() => None,
             Err(e) => return Err(e),
@@ -32,16 +40,19 @@ impl ProxmoxBackend {
             ));
         }
         let path = vm_path(&found.node, found.vmid);
-        let status = match self
-            .client
-            .get(&format!("{path}/status/current"), &Form::new())
-            .await
-        {
-            Ok(s) => s,
-            Err(e) if e.is_missing_vm() => return Ok(Deletion::Gone),
-            Err(e) => return Err(pve(e)),
+        // Our stop just finished: the VM is stopped, no need to ask.
+        let powered = !stopped && {
+            match self
+                .client
+                .get(&format!("{path}/status/current"), &Form::new())
+                .await
+            {
+                Ok(s) => s.get("status").and_then(Value::as_str) == Some("running"),
+                Err(e) if e.is_missing_vm() => return Ok(Deletion::Gone),
+                Err(e) => return Err(pve(e)),
+            }
         };
-        let (kind, data) = if status.get("status").and_then(Value::as_str) == Some("running") {
+        let (kind, data) = if powered {
             let data = self
                 .client
                 .post(&format!("{path}/status/stop"), &Form::new())

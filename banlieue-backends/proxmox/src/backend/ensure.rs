@@ -1,5 +1,6 @@
 //! [`Backend::ensure`](banlieue_sdk::backend::Backend::ensure) for Proxmox: clone, configure, seed and power a VM.
 
+use super::ops::Outcome;
 use super::*;
 
 impl ProxmoxBackend {
@@ -58,6 +59,8 @@ impl ProxmoxBackend {
             }
             return self.start_clone(request, spec, &resources).await;
         };
+        let mut found = found;
+        let known_config = found.config.take();
         let backend_ref = Some(format!("{}/{}", found.node, found.vmid));
         let observation = |pending: Option<Pending>| MachineObservation {
             failure_domain: Some(found.node.clone()),
@@ -71,15 +74,30 @@ impl ProxmoxBackend {
                 self.pending(OpKind::Clone, task.as_ref()),
             )));
         }
-        if let Some((kind, upid)) = self.poll(&identity.uid).await? {
-            return Ok(observation(Some(self.pending(kind, Some(&upid)))));
+        if found.lock.is_none() && matches!(self.tasks.get(&identity.uid), Some((OpKind::Clone, _)))
+        {
+            // PVE holds the clone lock until the clone is done: listed unlocked, it is.
+            self.tasks.forget(&identity.uid);
         }
+        let finished = match self.poll_outcome(&identity.uid).await? {
+            Outcome::Running(kind, upid) => {
+                return Ok(observation(Some(self.pending(kind, Some(&upid)))));
+            }
+            Outcome::Succeeded(kind) => Some(kind),
+            Outcome::Idle | Outcome::Lost => None,
+        };
         let path = vm_path(&found.node, found.vmid);
-        let current = self
-            .client
-            .get(&format!("{path}/config"), &Form::new())
-            .await
-            .map_err(pve)?;
+        // Adopting and configuring read the config; a configured VM's comes with its
+        // pending changes below.
+        let current = match known_config {
+            Some(config) => config,
+            None if found.adopted || !found.configured => self
+                .client
+                .get(&format!("{path}/config"), &Form::new())
+                .await
+                .map_err(pve)?,
+            None => Value::Null,
+        };
         if found.adopted {
             self.client
                 .put(
@@ -147,13 +165,17 @@ impl ProxmoxBackend {
                 retry_after: Duration::from_millis(100),
             })));
         }
-        let provider_id = config::smbios_uuid(&current).map(|u| format!("proxmox://{u}"));
-        let status = self
-            .client
-            .get(&format!("{path}/status/current"), &Form::new())
-            .await
-            .map_err(pve)?;
-        let power = power_of(&status);
+        let power = match finished {
+            // Our start or resume just finished: the VM runs, no need to ask.
+            Some(OpKind::Start | OpKind::Resume) => PowerState::PoweredOn,
+            _ => power_of(
+                &self
+                    .client
+                    .get(&format!("{path}/status/current"), &Form::new())
+                    .await
+                    .map_err(pve)?,
+            ),
+        };
         // Spec changes after the first configuration (see `drift`).
         let pending_config = drift::read_pending(
             &self
@@ -162,6 +184,8 @@ impl ProxmoxBackend {
                 .await
                 .map_err(pve)?,
         );
+        let provider_id =
+            config::smbios_uuid(&pending_config.current).map(|u| format!("proxmox://{u}"));
         let changes = drift::spec_changes(spec, &pending_config.effective);
         let resize = config::disk_resize(spec, &pending_config.effective);
         if !changes.is_empty() || resize.is_some() {

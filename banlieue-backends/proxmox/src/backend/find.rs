@@ -3,19 +3,25 @@
 use super::*;
 
 impl ProxmoxBackend {
-    pub(super) async fn resources(&self) -> Result<Vec<Value>, BackendError> {
-        let data = self
-            .client
-            .get("/cluster/resources", &Form::new().set("type", "vm"))
+    /// The cluster's VMs, listed after this call began: one `GET /cluster/resources`
+    /// for all the reconciles of a round ([`SharedRead`]).
+    pub(super) async fn resources(&self) -> Result<Arc<Vec<Value>>, BackendError> {
+        self.listing
+            .read(|| async {
+                let data = self
+                    .client
+                    .get("/cluster/resources", &Form::new().set("type", "vm"))
+                    .await
+                    .map_err(pve)?;
+                Ok(data
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|r| r.get("type").and_then(Value::as_str) == Some("qemu"))
+                    .collect())
+            })
             .await
-            .map_err(pve)?;
-        Ok(data
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|r| r.get("type").and_then(Value::as_str) == Some("qemu"))
-            .collect())
     }
 
     /// The VM carrying the UID: by its tag, else (not yet configured) by name and
@@ -34,6 +40,7 @@ impl ProxmoxBackend {
                 lock: r.get("lock").and_then(Value::as_str).map(str::to_string),
                 configured,
                 adopted: false,
+                config: None,
             })
         };
         let not_template = |r: &&Value| r.get("template").and_then(Value::as_i64).unwrap_or(0) != 1;
@@ -51,7 +58,7 @@ impl ProxmoxBackend {
             if r.get("name").and_then(Value::as_str) != Some(name.as_str()) {
                 continue;
             }
-            let Some(found) = parse(r, false) else {
+            let Some(mut found) = parse(r, false) else {
                 continue;
             };
             match self
@@ -68,6 +75,7 @@ impl ProxmoxBackend {
                         .and_then(Value::as_str)
                         .is_some_and(|d| d.contains(&marker)) =>
                 {
+                    found.config = Some(cfg);
                     return Ok(Some(found));
                 }
                 Ok(_) => {}
@@ -113,6 +121,7 @@ impl ProxmoxBackend {
                         lock: r.get("lock").and_then(Value::as_str).map(str::to_string),
                         configured: true,
                         adopted: true,
+                        config: Some(cfg),
                     }));
                 }
                 Ok(_) => {}

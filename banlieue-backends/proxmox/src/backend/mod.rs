@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use banlieue_kit::rounds::SharedRead;
 use banlieue_kit::tasks::{FailureBook, TaskBook, TaskKind};
 use banlieue_sdk::api::common::PowerState;
 use banlieue_sdk::api::infra::proxmox::ProxmoxMachineSpec;
@@ -43,6 +44,10 @@ pub const IMAGE_SOURCE_UNSUPPORTED: &str = "ImageSourceUnsupported";
 
 /// How soon a VM waiting for a restart is looked at again.
 const RESTART_PENDING_RECHECK: Duration = Duration::from_secs(30);
+
+/// How long a round of reconciles gathers before its one `/cluster/resources`: short
+/// beside the task poll interval (2 s), long enough that a burst shares one listing.
+const LISTING_GATHER: Duration = Duration::from_millis(50);
 
 /// The [`BackendFactory`] of the `proxmox` Provider class: one [`ProxmoxBackend`]
 /// (one API client, one ticket session) per connection.
@@ -126,6 +131,8 @@ struct Found {
     configured: bool,
     /// Found by `spec.providerID` under another UID: to be retagged with this one.
     adopted: bool,
+    /// Its config, when finding it took reading that.
+    config: Option<Value>,
 }
 
 /// A backend connected to one Proxmox VE cluster. Made by [`ProxmoxFactory`]; safe to
@@ -140,6 +147,7 @@ pub struct ProxmoxBackend {
     tasks: TaskBook<OpKind, Upid>,
     failed_clones: FailureBook,
     allocation: tokio::sync::Mutex<()>,
+    listing: SharedRead<Vec<Value>>,
 }
 
 impl std::fmt::Debug for ProxmoxBackend {
@@ -174,6 +182,7 @@ impl ProxmoxBackend {
             tasks: TaskBook::new(),
             failed_clones: FailureBook::new(),
             allocation: tokio::sync::Mutex::new(()),
+            listing: SharedRead::new(LISTING_GATHER),
         })
     }
 

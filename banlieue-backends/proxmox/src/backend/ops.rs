@@ -2,18 +2,40 @@
 
 use super::*;
 
+/// What polling a machine's task found.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// No task in flight.
+    Idle,
+    /// Still running.
+    Running(OpKind, Upid),
+    /// Finished well just now.
+    Succeeded(OpKind),
+    /// PVE no longer knows the task (pvedaemon restarted): it may have done anything.
+    Lost,
+}
+
 impl ProxmoxBackend {
     /// Polls the task in flight for `uid`, if any: `Some(kind)` while it runs; a
     /// failed task is forgotten and returned as an error.
     pub(super) async fn poll(&self, uid: &str) -> Result<Option<(OpKind, Upid)>, BackendError> {
+        Ok(match self.poll_outcome(uid).await? {
+            Outcome::Running(kind, upid) => Some((kind, upid)),
+            Outcome::Idle | Outcome::Succeeded(_) | Outcome::Lost => None,
+        })
+    }
+
+    /// [`Self::poll`], telling apart a task that succeeded (and what it was) from one
+    /// PVE no longer knows.
+    pub(super) async fn poll_outcome(&self, uid: &str) -> Result<Outcome, BackendError> {
         let Some((kind, upid)) = self.tasks.get(uid) else {
-            return Ok(None);
+            return Ok(Outcome::Idle);
         };
         match task_state(&self.client, &upid).await {
-            Ok(TaskState::Running) => Ok(Some((kind, upid))),
+            Ok(TaskState::Running) => Ok(Outcome::Running(kind, upid)),
             Ok(TaskState::Succeeded) => {
                 self.tasks.forget(uid);
-                Ok(None)
+                Ok(Outcome::Succeeded(kind))
             }
             Ok(TaskState::Failed(exit)) => {
                 self.tasks.forget(uid);
@@ -33,7 +55,7 @@ impl ProxmoxBackend {
                     && e.message().contains("unable to parse worker upid") =>
             {
                 self.tasks.forget(uid);
-                Ok(None)
+                Ok(Outcome::Lost)
             }
             Err(e) => Err(pve(e)),
         }

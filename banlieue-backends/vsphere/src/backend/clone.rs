@@ -14,11 +14,33 @@ use crate::inventory::{Cluster, Datacenter};
 use crate::{guestinfo, inventory};
 
 impl VSphereBackend {
-    /// A template by inventory path (`/DC0/vm/templates/ubuntu`) or by name.
+    /// A template by inventory path or name, as resolved in the last minute (clones of
+    /// one template come in bursts); [`Self::lookup_template`] when it was not.
     pub(super) async fn resolve_template(
         &self,
         template: &str,
     ) -> Result<Option<MoRef>, BackendError> {
+        if let Some(moref) = self.sightings.template(template) {
+            return Ok(Some(moref));
+        }
+        self.lookup_template(template).await
+    }
+
+    /// A template by inventory path (`/DC0/vm/templates/ubuntu`) or by name, looked up
+    /// now (and remembered for [`Self::resolve_template`]).
+    pub(super) async fn lookup_template(
+        &self,
+        template: &str,
+    ) -> Result<Option<MoRef>, BackendError> {
+        let found = self.search_template(template).await?;
+        match &found {
+            Some(moref) => self.sightings.see_template(template, moref),
+            None => self.sightings.forget_template(template),
+        }
+        Ok(found)
+    }
+
+    async fn search_template(&self, template: &str) -> Result<Option<MoRef>, BackendError> {
         if template.starts_with('/') {
             return self.client.find_by_path(template).await.map_err(vim);
         }
@@ -259,7 +281,13 @@ impl VSphereBackend {
                 OpKind::Clone,
                 &methods::clone_vm_task(&template, &place.folder, &identity.name, &clone),
             )
-            .await?;
+            .await
+            .inspect_err(|e| {
+                // The template went away since it was resolved: look it up next time.
+                if e.reason == "ObjectNotFound" {
+                    self.sightings.forget_template(&spec.template);
+                }
+            })?;
         info!(uid = %identity.uid, template = %spec.template, failure_domain = %fd, "vsphere: cloning");
         Ok(MachineObservation {
             failure_domain: Some(fd),

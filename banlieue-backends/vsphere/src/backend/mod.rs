@@ -4,11 +4,14 @@ mod clone;
 mod configure;
 mod create;
 mod disks;
+mod locate;
 mod power;
 mod vm;
 
 pub use disks::IMPORT_QEMU_IMG_OPTIONS;
-pub(crate) use vm::{VM_PATHS, Vm};
+#[cfg(test)]
+pub(crate) use vm::VM_PATHS;
+pub(crate) use vm::Vm;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,7 +29,7 @@ use banlieue_sdk::backend::{
 use tracing::{debug, info};
 
 use crate::client::methods;
-use crate::client::{MoRef, TaskState, VimClient, VimError};
+use crate::client::{MoRef, VimClient, VimError};
 use crate::guestinfo;
 use crate::inventory::{self, Topology};
 use crate::settings::VSphereSettings;
@@ -129,6 +132,7 @@ pub struct VSphereBackend {
     shutdowns: Mutex<HashMap<String, Instant>>,
     failed_clones: FailureBook,
     topology: tokio::sync::Mutex<Option<(Arc<Topology>, Instant)>>,
+    sightings: locate::Sightings,
 }
 
 impl std::fmt::Debug for VSphereBackend {
@@ -187,6 +191,7 @@ impl VSphereBackend {
             shutdowns: Mutex::new(HashMap::new()),
             failed_clones: FailureBook::new(),
             topology: tokio::sync::Mutex::new(None),
+            sightings: locate::Sightings::default(),
         })
     }
 
@@ -219,69 +224,6 @@ impl VSphereBackend {
         let t = Arc::new(inventory::read(&self.client).await.map_err(vim)?);
         *cached = Some((t.clone(), Instant::now()));
         Ok(t)
-    }
-
-    /// The VM whose BIOS UUID is in `spec.providerID` once that is set (it survives a
-    /// new UID: `clusterctl move`, restores), else the one whose instance UUID is the UID.
-    async fn find(&self, identity: &MachineIdentity) -> Result<Option<Vm>, BackendError> {
-        let by_provider_id = match identity.provider_id_for("vsphere")? {
-            Some(bios) => self.client.find_vm_by_bios_uuid(&bios).await.map_err(vim)?,
-            None => None,
-        };
-        let moref = match by_provider_id {
-            Some(moref) => moref,
-            None => match self
-                .client
-                .find_vm_by_instance_uuid(&identity.uid)
-                .await
-                .map_err(vim)?
-            {
-                Some(moref) => moref,
-                None => return Ok(None),
-            },
-        };
-        Ok(self
-            .client
-            .properties(&moref, VM_PATHS)
-            .await
-            .map_err(vim)?
-            .map(|o| Vm::from(&o)))
-    }
-
-    /// Polls the task in flight for `uid`: `Some` while it runs; a finished task is
-    /// forgotten, a failed one returned as an error with vSphere's message.
-    async fn poll(&self, uid: &str) -> Result<Option<(OpKind, MoRef)>, BackendError> {
-        let Some((kind, task)) = self.tasks.get(uid) else {
-            return Ok(None);
-        };
-        match self.client.task_state(&task).await.map_err(vim)? {
-            Some(TaskState::Running) => Ok(Some((kind, task))),
-            Some(TaskState::Succeeded(_)) | None => {
-                self.tasks.forget(uid);
-                Ok(None)
-            }
-            Some(TaskState::Failed(fault)) => {
-                self.tasks.forget(uid);
-                info!(uid, task = %task, %fault, "vsphere: task failed");
-                let message = format!("{} failed: {fault}", kind.method());
-                Err(match (kind, fault.kind.as_str()) {
-                    // Someone else's lock or a concurrent change: try again.
-                    (_, "TaskInProgress" | "ConcurrentAccess" | "InvalidState") => {
-                        BackendError::transient("Busy", message)
-                    }
-                    // A clone or create from before a restart still running, or a name
-                    // (or, creating, the .vmx) taken.
-                    (OpKind::Clone, "DuplicateName")
-                    | (OpKind::Create, "DuplicateName" | "FileAlreadyExists") => {
-                        BackendError::transient(kind.failure_reason(), message)
-                    }
-                    (OpKind::Clone | OpKind::Create | OpKind::Configure | OpKind::PowerOn, _) => {
-                        BackendError::terminal(kind.failure_reason(), message)
-                    }
-                    _ => BackendError::transient(kind.failure_reason(), message),
-                })
-            }
-        }
     }
 
     async fn start(&self, uid: &str, kind: OpKind, body: &str) -> Result<MoRef, BackendError> {
@@ -343,7 +285,7 @@ impl Backend for VSphereBackend {
                         .into(),
             });
         };
-        Ok(match self.resolve_template(template).await? {
+        Ok(match self.lookup_template(template).await? {
             Some(moref) => ImageLookup::Available {
                 resolved: moref.value,
             },
@@ -358,7 +300,13 @@ impl Backend for VSphereBackend {
         let identity = &request.identity;
         check_uid(identity)?;
         let uid = &identity.uid;
-        let found = self.find(identity).await?;
+        // A clone or create of ours still running: its task says when the VM exists.
+        let (found, polled) = match self.tasks.get(uid) {
+            Some((OpKind::Clone | OpKind::Create, _)) if identity.provider_id.is_none() => {
+                (None, self.poll(uid).await)
+            }
+            _ => self.find_and_poll(identity).await?,
+        };
         if let (None, Some(provider_id)) = (&found, &identity.provider_id) {
             return Err(BackendError::machine_missing(
                 provider_id,
@@ -366,7 +314,7 @@ impl Backend for VSphereBackend {
             ));
         }
         let Some(vm) = found else {
-            match self.poll(uid).await {
+            match polled {
                 Ok(Some((kind, task))) => {
                     return Ok(MachineObservation {
                         pending: Some(self.pending(kind, Some(&task))),
@@ -404,7 +352,7 @@ impl Backend for VSphereBackend {
                 self.start_clone(request, spec).await
             };
         };
-        if let Some((kind, task)) = self.poll(uid).await? {
+        if let Some((kind, task)) = polled? {
             return Ok(self.observation(&vm, Some(self.pending(kind, Some(&task)))));
         }
         if vm.instance_uuid.as_deref() != Some(uid.to_ascii_lowercase().as_str()) {
@@ -509,8 +457,16 @@ impl Backend for VSphereBackend {
             return Ok(Deletion::Gone);
         }
         let uid = &identity.uid;
-        let vm = self.find(identity).await?;
-        let running = match self.poll(uid).await {
+        match self.destroyed(uid).await? {
+            Some(true) => {
+                self.failed_clones.forget(uid);
+                return Ok(Deletion::Gone);
+            }
+            Some(false) => return Ok(Deletion::InProgress { retry_after }),
+            None => {}
+        }
+        let (vm, polled) = self.find_and_poll(identity).await?;
+        let running = match polled {
             Ok(op) => op,
             // A failed clone or power task does not block deletion.
             Err(e) if vm.is_none() || !e.is_transient() || e.reason != "DeleteFailed" => None,

@@ -124,6 +124,8 @@ pub enum Objects<'a> {
     One(&'a MoRef),
     /// The objects of a `ContainerView` (the view itself skipped).
     View(&'a MoRef),
+    /// Several objects in one call (each kind's paths from its [`PropertySpec`]).
+    Many(&'a [MoRef]),
 }
 
 /// `RetrievePropertiesEx`.
@@ -145,6 +147,14 @@ pub fn retrieve_properties_ex(
     match objects {
         Objects::One(obj) => {
             x.moref("obj", obj).text("skip", false);
+        }
+        Objects::Many(objs) => {
+            for (i, obj) in objs.iter().enumerate() {
+                if i > 0 {
+                    x.close("objectSet").open("objectSet");
+                }
+                x.moref("obj", obj).text("skip", false);
+            }
         }
         Objects::View(view) => {
             x.moref("obj", view)

@@ -386,6 +386,16 @@ impl VimClient {
         }
     }
 
+    /// The properties of several objects in one call (each kind's paths from `props`),
+    /// in no particular order. A fault when one of them no longer exists.
+    pub async fn properties_of(
+        &self,
+        objects: &[MoRef],
+        props: &[PropertySpec<'_>],
+    ) -> Result<Vec<ObjectContent>, VimError> {
+        self.retrieve(props, Objects::Many(objects)).await
+    }
+
     /// `FindByInventoryPath`.
     pub async fn find_by_path(&self, path: &str) -> Result<Option<MoRef>, VimError> {
         let si = self.content().await?.search_index.clone();

@@ -61,11 +61,14 @@ sleep 0.3
 post 12_power_on_vm_task
 sleep 1 # the harness reports a guest IP
 post 13_retrieve_vm
+post 13b_retrieve_vm_and_task
 post 14_shutdown_guest
 sleep 0.3
 post 16_power_off_vm_task
 sleep 0.3
 post 17_destroy_task
+sleep 0.3
+post 17b_retrieve_destroyed_vm_and_task "$here/requests/13b_retrieve_vm_and_task.xml"
 post 18_clone_duplicate_name
 vars[TASK]=$(first 18_clone_duplicate_name returnval)
 sleep 0.3
