@@ -369,9 +369,48 @@ pub(super) fn firmware_fix(vm: &super::vm::Vm, want: Option<Firmware>) -> Option
     })
 }
 
+/// Whether `fix` alone gives `vm` the firmware `want` asks (so it can ride with the
+/// configuring reconfigure), or a second step must follow it (Secure Boot on a VM
+/// that is not EFI yet).
+pub(super) fn fix_completes(vm: &super::vm::Vm, fix: &ConfigSpec, want: Option<Firmware>) -> bool {
+    let mut after = vm.clone();
+    if let Some(f) = &fix.firmware {
+        after.firmware = Some(f.clone());
+    }
+    if let Some(on) = fix.efi_secure_boot {
+        after.secure_boot = on;
+    }
+    firmware_fix(&after, want).is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_one_step_fix_rides_with_the_configure_and_a_two_step_one_goes_first() {
+        use Firmware::*;
+        // (what the VM has, what is asked, whether the first fix completes it)
+        let cases = [
+            ((Some("bios"), false), Efi, true),
+            ((Some("bios"), false), EfiSecure, false),
+            ((Some("efi"), false), EfiSecure, true),
+            ((Some("efi"), true), Efi, true),
+            ((Some("efi"), false), Bios, true),
+            // A template with Secure Boot on, asked plain EFI from BIOS: firmware then
+            // Secure Boot off.
+            ((Some("bios"), true), Efi, false),
+        ];
+        for ((has, secure), want, completes) in cases {
+            let vm = vm(has, secure);
+            let fix = firmware_fix(&vm, Some(want)).unwrap();
+            assert_eq!(
+                fix_completes(&vm, &fix, Some(want)),
+                completes,
+                "{has:?}/{secure} asked {want:?}"
+            );
+        }
+    }
 
     fn vm(firmware: Option<&str>, secure_boot: bool) -> super::super::vm::Vm {
         super::super::vm::Vm {

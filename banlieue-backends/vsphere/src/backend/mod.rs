@@ -372,25 +372,34 @@ impl Backend for VSphereBackend {
             info!(uid = %uid, vm = %vm.moref, previous = ?vm.instance_uuid, "vsphere: adopting");
             return Ok(self.observation(&vm, Some(self.pending(OpKind::Adopt, Some(&task)))));
         }
-        if vm.extra.get(guestinfo::CONFIGURED_KEY).map(String::as_str) != Some("true")
-            && vm.power == PowerState::PoweredOff
-            && let Some(config) = clone::firmware_fix(&vm, spec.firmware)
+        let configured =
+            vm.extra.get(guestinfo::CONFIGURED_KEY).map(String::as_str) == Some("true");
+        // The clone's firmware and Secure Boot may not have taken (vcsim ignores them; so
+        // may a vCenter for a template's locked settings): set them while the new
+        // machine is still off, never on a running one — with the configuring
+        // reconfigure when one step does it, else first on their own.
+        let fix = (!configured && vm.power == PowerState::PoweredOff)
+            .then(|| clone::firmware_fix(&vm, spec.firmware))
+            .flatten();
+        if let Some(fix) = &fix
+            && !clone::fix_completes(&vm, fix, spec.firmware)
         {
-            // The clone's firmware and Secure Boot did not take (vcsim ignores them;
-            // so may a vCenter for a template's locked settings): set them while the
-            // new machine is still off, never on a running one.
             let task = self
                 .start(
                     uid,
                     OpKind::Configure,
-                    &methods::reconfig_vm_task(&vm.moref, &config),
+                    &methods::reconfig_vm_task(&vm.moref, fix),
                 )
                 .await?;
-            info!(uid = %uid, vm = %vm.moref, firmware = ?config.firmware, secure_boot = ?config.efi_secure_boot, "vsphere: setting firmware");
+            info!(uid = %uid, vm = %vm.moref, firmware = ?fix.firmware, secure_boot = ?fix.efi_secure_boot, "vsphere: setting firmware");
             return Ok(self.observation(&vm, Some(self.pending(OpKind::Configure, Some(&task)))));
         }
-        if vm.extra.get(guestinfo::CONFIGURED_KEY).map(String::as_str) != Some("true") {
-            let config = self.configure_spec(&vm, spec, request).await?;
+        if !configured {
+            let mut config = self.configure_spec(&vm, spec, request).await?;
+            if let Some(fix) = fix {
+                config.firmware = fix.firmware;
+                config.efi_secure_boot = fix.efi_secure_boot;
+            }
             let task = self
                 .start(
                     uid,
@@ -398,7 +407,7 @@ impl Backend for VSphereBackend {
                     &methods::reconfig_vm_task(&vm.moref, &config),
                 )
                 .await?;
-            info!(uid = %uid, vm = %vm.moref, "vsphere: configuring guestinfo");
+            info!(uid = %uid, vm = %vm.moref, firmware = ?config.firmware, "vsphere: configuring guestinfo");
             return Ok(self.observation(&vm, Some(self.pending(OpKind::Configure, Some(&task)))));
         }
         let want = spec.power_state;
