@@ -11,12 +11,14 @@
 //! - [`nocloud`]: a NIC's IPAM as a NoCloud seed's network interface.
 //! - [`qemu_img`]: `qemu-img convert` and `rebase -u` with classified errors.
 //! - [`rounds`]: one listing request shared by the callers of a short window.
+//! - [`recent`]: answers that change rarely, reused for a while.
 #![warn(missing_docs)]
 
 pub mod endpoint;
 pub mod error_chain;
 pub mod nocloud;
 pub mod qemu_img;
+pub mod recent;
 pub mod rounds;
 pub mod settings;
 pub mod tasks;

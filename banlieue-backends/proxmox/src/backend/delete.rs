@@ -11,13 +11,14 @@ impl ProxmoxBackend {
         let retry_after = self.settings.pacing.task_poll_interval;
         let resources = self.resources().await?;
         let found = self.find(identity, &resources).await?;
-        let mut stopped = false;
+        let (mut stopped, mut seed_deleted) = (false, false);
         let running = match self.poll_outcome(&identity.uid).await {
             // Our destroy finished: the VM is gone, whatever the listing before it said.
             Ok(Outcome::Succeeded(OpKind::Destroy)) => return Ok(Deletion::Gone),
             Ok(Outcome::Running(kind, upid)) => Some((kind, upid)),
             Ok(outcome) => {
                 stopped = matches!(outcome, Outcome::Succeeded(OpKind::Stop));
+                seed_deleted = matches!(outcome, Outcome::Succeeded(OpKind::DeleteSeed));
                 None
             }
             // A failed clone or power task does not block deletion.
@@ -61,7 +62,8 @@ impl ProxmoxBackend {
             (OpKind::Stop, data)
         } else {
             // ISO volumes are not the VM's own disks: PVE's purge leaves them.
-            if let Some(progress) = self.delete_seed(identity, &found).await? {
+            // (Unless our deletion of it just finished.)
+            if !seed_deleted && let Some(progress) = self.delete_seed(identity, &found).await? {
                 return Ok(progress);
             }
             let query = Form::new()

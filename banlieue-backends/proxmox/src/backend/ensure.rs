@@ -123,7 +123,14 @@ impl ProxmoxBackend {
             let seed = match &request.bootstrap {
                 Some(bootstrap) => {
                     match self
-                        .ensure_seed(request, spec, bootstrap, &found, &current)
+                        .ensure_seed(
+                            request,
+                            spec,
+                            bootstrap,
+                            &found,
+                            &current,
+                            finished == Some(OpKind::UploadSeed),
+                        )
                         .await?
                     {
                         Ok(drive) => Some(drive),

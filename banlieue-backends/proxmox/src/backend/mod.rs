@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use banlieue_kit::recent::Recent;
 use banlieue_kit::rounds::SharedRead;
 use banlieue_kit::tasks::{FailureBook, TaskBook, TaskKind};
 use banlieue_sdk::api::common::PowerState;
@@ -48,6 +49,9 @@ const RESTART_PENDING_RECHECK: Duration = Duration::from_secs(30);
 /// How long a round of reconciles gathers before its one `/cluster/resources`: short
 /// beside the task poll interval (2 s), long enough that a burst shares one listing.
 const LISTING_GATHER: Duration = Duration::from_millis(50);
+
+/// How long the storage chosen for seed ISOs on a node is reused.
+const SEED_STORAGE_TTL: Duration = Duration::from_secs(60);
 
 /// The [`BackendFactory`] of the `proxmox` Provider class: one [`ProxmoxBackend`]
 /// (one API client, one ticket session) per connection.
@@ -148,6 +152,7 @@ pub struct ProxmoxBackend {
     failed_clones: FailureBook,
     allocation: tokio::sync::Mutex<()>,
     listing: SharedRead<Vec<Value>>,
+    seed_storages: Recent<String>,
 }
 
 impl std::fmt::Debug for ProxmoxBackend {
@@ -183,6 +188,7 @@ impl ProxmoxBackend {
             failed_clones: FailureBook::new(),
             allocation: tokio::sync::Mutex::new(()),
             listing: SharedRead::new(LISTING_GATHER),
+            seed_storages: Recent::new(SEED_STORAGE_TTL),
         })
     }
 

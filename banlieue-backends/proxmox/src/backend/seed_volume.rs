@@ -4,10 +4,13 @@ use super::*;
 
 impl ProxmoxBackend {
     /// The storage seeds go to on `node`: `seedStorage`, else the first active
-    /// storage with `iso` content there.
+    /// storage with `iso` content there (as found in the last minute).
     pub(super) async fn seed_storage(&self, node: &str) -> Result<String, BackendError> {
         if let Some(storage) = &self.settings.seed_storage {
             return Ok(storage.clone());
+        }
+        if let Some(storage) = self.seed_storages.get(node) {
+            return Ok(storage);
         }
         let data = self
             .client
@@ -25,7 +28,11 @@ impl ProxmoxBackend {
             .filter_map(|s| s.get("storage").and_then(Value::as_str))
             .collect();
         names.sort_unstable();
-        names.first().map(|s| s.to_string()).ok_or_else(|| {
+        let chosen = names.first().map(|s| s.to_string());
+        if let Some(storage) = &chosen {
+            self.seed_storages.put(node, storage);
+        }
+        chosen.ok_or_else(|| {
             BackendError::terminal(
                 "NoSeedStorage",
                 format!(
@@ -71,6 +78,7 @@ impl ProxmoxBackend {
         bootstrap: &banlieue_sdk::backend::BootstrapData,
         found: &Found,
         current: &Value,
+        uploaded: bool,
     ) -> Result<Result<config::SeedDrive, Upid>, BackendError> {
         let uid = &request.identity.uid;
         let macs = config::macs(spec, uid, current);
@@ -96,7 +104,8 @@ impl ProxmoxBackend {
                 ),
             )
         })?;
-        if self.iso_exists(&found.node, &storage, &volid).await? {
+        // An upload of ours that just finished put it there.
+        if uploaded || self.iso_exists(&found.node, &storage, &volid).await? {
             return Ok(Ok(config::SeedDrive { key, volid }));
         }
         let image = seed::image(&files)?;
@@ -114,7 +123,9 @@ impl ProxmoxBackend {
                 &image,
             )
             .await
-            .map_err(pve)?;
+            .map_err(pve)
+            // The storage may have gone: choose again next time.
+            .inspect_err(|_| self.seed_storages.forget(&found.node))?;
         info!(uid = %uid, vmid = found.vmid, storage = %storage, bytes = image.len(), "proxmox: uploading the NoCloud seed");
         if data.is_string() {
             return Ok(Err(self.remember(uid, OpKind::UploadSeed, &data)?));

@@ -20,7 +20,7 @@ impl VSphereBackend {
         &self,
         template: &str,
     ) -> Result<Option<MoRef>, BackendError> {
-        if let Some(moref) = self.sightings.template(template) {
+        if let Some(moref) = self.sightings.templates.get(template) {
             return Ok(Some(moref));
         }
         self.lookup_template(template).await
@@ -34,8 +34,8 @@ impl VSphereBackend {
     ) -> Result<Option<MoRef>, BackendError> {
         let found = self.search_template(template).await?;
         match &found {
-            Some(moref) => self.sightings.see_template(template, moref),
-            None => self.sightings.forget_template(template),
+            Some(moref) => self.sightings.templates.put(template, moref),
+            None => self.sightings.templates.forget(template),
         }
         Ok(found)
     }
@@ -285,7 +285,7 @@ impl VSphereBackend {
             .inspect_err(|e| {
                 // The template went away since it was resolved: look it up next time.
                 if e.reason == "ObjectNotFound" {
-                    self.sightings.forget_template(&spec.template);
+                    self.sightings.templates.forget(&spec.template);
                 }
             })?;
         info!(uid = %identity.uid, template = %spec.template, failure_domain = %fd, "vsphere: cloning");

@@ -9,7 +9,9 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use banlieue_kit::recent::Recent;
 
 use banlieue_kit::tasks::TaskKind;
 use banlieue_sdk::backend::{BackendError, MachineIdentity};
@@ -29,11 +31,20 @@ const TEMPLATE_TTL: Duration = Duration::from_secs(60);
 pub(super) type Polled = Result<Option<(OpKind, MoRef)>, BackendError>;
 
 /// Where each machine's VM was last seen, and which template references were resolved
-/// when: hints, verified on use.
-#[derive(Debug, Default)]
+/// lately: hints, verified on use.
+#[derive(Debug)]
 pub(super) struct Sightings {
     vms: Mutex<HashMap<String, MoRef>>,
-    templates: Mutex<HashMap<String, (MoRef, Instant)>>,
+    pub(super) templates: Recent<MoRef>,
+}
+
+impl Default for Sightings {
+    fn default() -> Self {
+        Self {
+            vms: Mutex::default(),
+            templates: Recent::new(TEMPLATE_TTL),
+        }
+    }
 }
 
 impl Sightings {
@@ -47,21 +58,6 @@ impl Sightings {
 
     pub(super) fn forget(&self, uid: &str) {
         lock(&self.vms).remove(uid);
-    }
-
-    pub(super) fn template(&self, name: &str) -> Option<MoRef> {
-        lock(&self.templates)
-            .get(name)
-            .filter(|(_, at)| at.elapsed() < TEMPLATE_TTL)
-            .map(|(moref, _)| moref.clone())
-    }
-
-    pub(super) fn see_template(&self, name: &str, moref: &MoRef) {
-        lock(&self.templates).insert(name.to_string(), (moref.clone(), Instant::now()));
-    }
-
-    pub(super) fn forget_template(&self, name: &str) {
-        lock(&self.templates).remove(name);
     }
 }
 
@@ -322,16 +318,5 @@ mod tests {
             owns(&id, &vm(None, None)).unwrap_err().reason,
             "InvalidProviderID"
         );
-    }
-
-    #[test]
-    fn templates_are_reused_then_dropped() {
-        let s = Sightings::default();
-        assert_eq!(s.template("t"), None);
-        let t = MoRef::new("VirtualMachine", "vm-44");
-        s.see_template("t", &t);
-        assert_eq!(s.template("t"), Some(t));
-        s.forget_template("t");
-        assert_eq!(s.template("t"), None);
     }
 }
