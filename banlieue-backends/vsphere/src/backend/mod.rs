@@ -118,6 +118,14 @@ impl OpKind {
     }
 }
 
+/// What [`VSphereBackend::created`] found.
+enum Created {
+    /// The VM, just made.
+    Now(Vm),
+    /// Not there yet: what to report.
+    Not(MachineObservation),
+}
+
 /// A backend connected to one vCenter. Made by [`VSphereFactory`]; safe to call from
 /// many tasks. Every call shares the client's one session.
 ///
@@ -233,6 +241,48 @@ impl VSphereBackend {
         Ok(task)
     }
 
+    /// For a machine whose VM was not found: its clone or create running (or failed),
+    /// or just finished — then the new VM, to go on configuring in the same reconcile —
+    /// or started now.
+    async fn created(
+        &self,
+        request: &MachineRequest,
+        spec: &VSphereMachineSpec,
+        polled: locate::Polled,
+    ) -> Result<Created, BackendError> {
+        let uid = &request.identity.uid;
+        match polled {
+            Ok(Some((kind, task))) => {
+                return Ok(Created::Not(MachineObservation {
+                    pending: Some(self.pending(kind, Some(&task))),
+                    ..Default::default()
+                }));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.failed_clones.record(uid, &e);
+                return Err(e);
+            }
+        }
+        // A clone that just finished is visible now.
+        if let Some(vm) = self.find(&request.identity).await? {
+            return Ok(Created::Now(vm));
+        }
+        // A failed clone is reported for a while before the next attempt.
+        if let Some(error) = self
+            .failed_clones
+            .still_failing(uid, self.settings.pacing.failed_clone_backoff)
+        {
+            return Err(error);
+        }
+        // Disks copied from another machine: created on them, never cloned.
+        Ok(Created::Not(if request.disks_imported {
+            self.start_create(request, spec).await?
+        } else {
+            self.start_clone(request, spec).await?
+        }))
+    }
+
     fn observation(&self, vm: &Vm, pending: Option<Pending>) -> MachineObservation {
         let mut addresses = if vm.power == PowerState::PoweredOn {
             vm.addresses()
@@ -313,44 +363,12 @@ impl Backend for VSphereBackend {
                 self.client.endpoint(),
             ));
         }
-        let Some(vm) = found else {
-            match polled {
-                Ok(Some((kind, task))) => {
-                    return Ok(MachineObservation {
-                        pending: Some(self.pending(kind, Some(&task))),
-                        ..Default::default()
-                    });
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    self.failed_clones.record(uid, &e);
-                    return Err(e);
-                }
-            }
-            // A clone that just finished is visible now.
-            if let Some(vm) = self.find(identity).await? {
-                return Ok(self.observation(
-                    &vm,
-                    Some(Pending {
-                        operation: "Configuring".into(),
-                        task: None,
-                        retry_after: Duration::from_millis(100),
-                    }),
-                ));
-            }
-            // A failed clone is reported for a while before the next attempt.
-            if let Some(error) = self
-                .failed_clones
-                .still_failing(uid, self.settings.pacing.failed_clone_backoff)
-            {
-                return Err(error);
-            }
-            // Disks copied from another machine: created on them, never cloned.
-            return if request.disks_imported {
-                self.start_create(request, spec).await
-            } else {
-                self.start_clone(request, spec).await
-            };
+        let (vm, polled) = match found {
+            Some(vm) => (vm, polled),
+            None => match self.created(request, spec, polled).await? {
+                Created::Now(vm) => (vm, Ok(None)),
+                Created::Not(observation) => return Ok(observation),
+            },
         };
         if let Some((kind, task)) = polled? {
             return Ok(self.observation(&vm, Some(self.pending(kind, Some(&task)))));
