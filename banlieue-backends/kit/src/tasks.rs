@@ -26,11 +26,14 @@ pub fn pending<K: TaskKind>(kind: K, task: Option<String>, retry_after: Duration
     }
 }
 
+/// The first look at an operation just started: [`TaskBook::next_poll`].
+pub const FIRST_POLL: Duration = Duration::from_millis(250);
+
 /// The operation in flight per machine UID: its kind and the backend's handle (a
 /// vSphere task moref, a Proxmox UPID).
 #[derive(Debug)]
 pub struct TaskBook<K, H> {
-    tasks: Mutex<HashMap<String, (K, H)>>,
+    tasks: Mutex<HashMap<String, (K, H, Instant)>>,
 }
 
 impl<K, H> Default for TaskBook<K, H> {
@@ -49,12 +52,25 @@ impl<K: Copy, H: Clone> TaskBook<K, H> {
 
     /// The operation in flight for `uid`, if any.
     pub fn get(&self, uid: &str) -> Option<(K, H)> {
-        self.lock().get(uid).cloned()
+        self.lock().get(uid).map(|(k, h, _)| (*k, h.clone()))
+    }
+
+    /// How soon to look at `uid`'s operation again: soon after it started (most
+    /// reconfigures and power changes end within a second), then less often as it runs
+    /// on — its age, between [`FIRST_POLL`] and `interval` (the backend's
+    /// `taskPollInterval`, never exceeded). `interval` when nothing is in flight.
+    pub fn next_poll(&self, uid: &str, interval: Duration) -> Duration {
+        let age = self
+            .lock()
+            .get(uid)
+            .map_or(interval, |(_, _, at)| at.elapsed());
+        age.clamp(FIRST_POLL.min(interval), interval)
     }
 
     /// Records that `kind` runs for `uid` as `handle` (replacing what was there).
     pub fn remember(&self, uid: &str, kind: K, handle: H) {
-        self.lock().insert(uid.to_string(), (kind, handle));
+        self.lock()
+            .insert(uid.to_string(), (kind, handle, Instant::now()));
     }
 
     /// Forgets `uid`'s operation (it finished, failed or was lost).
@@ -72,7 +88,7 @@ impl<K: Copy, H: Clone> TaskBook<K, H> {
         self.lock().is_empty()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, (K, H)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, (K, H, Instant)>> {
         // A panic elsewhere cannot leave a map entry half-written.
         self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -159,6 +175,24 @@ mod tests {
         assert_eq!(
             (p.operation.as_str(), p.task.as_deref(), p.retry_after),
             ("Cloning", Some("task-3"), Duration::from_secs(2))
+        );
+    }
+
+    #[test]
+    fn a_task_is_looked_at_soon_then_at_most_every_interval() {
+        let book: TaskBook<Op, String> = TaskBook::new();
+        let interval = Duration::from_secs(2);
+        assert_eq!(book.next_poll("a", interval), interval, "nothing in flight");
+        book.remember("a", Op::Clone, "task-1".into());
+        assert_eq!(book.next_poll("a", interval), FIRST_POLL);
+        // An interval shorter than the first look is never exceeded.
+        let short = Duration::from_millis(100);
+        assert_eq!(book.next_poll("a", short), short);
+        std::thread::sleep(Duration::from_millis(300));
+        let later = book.next_poll("a", interval);
+        assert!(
+            later >= Duration::from_millis(300) && later < interval,
+            "{later:?}"
         );
     }
 

@@ -85,7 +85,7 @@ impl ProxmoxBackend {
                     return Ok(MachineObservation {
                         failure_domain: Some(target.unwrap_or(source_node)),
                         backend_ref: None,
-                        pending: Some(self.pending(OpKind::Clone, Some(&upid))),
+                        pending: Some(self.pending(&identity.uid, OpKind::Clone, Some(&upid))),
                         ..Default::default()
                     });
                 }

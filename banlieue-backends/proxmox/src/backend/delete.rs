@@ -8,7 +8,6 @@ impl ProxmoxBackend {
         &self,
         identity: &MachineIdentity,
     ) -> Result<Deletion, BackendError> {
-        let retry_after = self.settings.pacing.task_poll_interval;
         let resources = self.resources().await?;
         let found = self.find(identity, &resources).await?;
         let (mut stopped, mut seed_deleted) = (false, false);
@@ -27,12 +26,16 @@ impl ProxmoxBackend {
         };
         let Some(found) = found else {
             return Ok(match running {
-                Some(_) => Deletion::InProgress { retry_after },
+                Some(_) => Deletion::InProgress {
+                    retry_after: self.next_poll(&identity.uid),
+                },
                 None => Deletion::Gone,
             });
         };
         if running.is_some() || found.lock.as_deref() == Some("clone") {
-            return Ok(Deletion::InProgress { retry_after });
+            return Ok(Deletion::InProgress {
+                retry_after: self.next_poll(&identity.uid),
+            });
         }
         if let Some(lock) = &found.lock {
             return Err(BackendError::transient(
@@ -77,6 +80,8 @@ impl ProxmoxBackend {
         };
         self.remember(&identity.uid, kind, &data)?;
         info!(uid = %identity.uid, vmid = found.vmid, operation = kind.operation(), "proxmox: deleting");
-        Ok(Deletion::InProgress { retry_after })
+        Ok(Deletion::InProgress {
+            retry_after: self.next_poll(&identity.uid),
+        })
     }
 }

@@ -30,7 +30,7 @@ impl ProxmoxBackend {
             match self.poll(&identity.uid).await {
                 Ok(Some((kind, upid))) => {
                     return Ok(MachineObservation {
-                        pending: Some(self.pending(kind, Some(&upid))),
+                        pending: Some(self.pending(&identity.uid, kind, Some(&upid))),
                         ..Default::default()
                     });
                 }
@@ -40,7 +40,7 @@ impl ProxmoxBackend {
                     // longer has it): look again with a fresh listing, never clone twice.
                     debug!(uid = %identity.uid, "proxmox: clone finished since the listing; looking again");
                     return Ok(MachineObservation {
-                        pending: Some(self.pending(OpKind::Clone, None)),
+                        pending: Some(self.pending(&identity.uid, OpKind::Clone, None)),
                         ..Default::default()
                     });
                 }
@@ -70,9 +70,11 @@ impl ProxmoxBackend {
         };
         if found.lock.as_deref() == Some("clone") {
             let task = self.tasks.get(&identity.uid).map(|(_, upid)| upid);
-            return Ok(observation(Some(
-                self.pending(OpKind::Clone, task.as_ref()),
-            )));
+            return Ok(observation(Some(self.pending(
+                &identity.uid,
+                OpKind::Clone,
+                task.as_ref(),
+            ))));
         }
         if found.lock.is_none() && matches!(self.tasks.get(&identity.uid), Some((OpKind::Clone, _)))
         {
@@ -81,7 +83,11 @@ impl ProxmoxBackend {
         }
         let finished = match self.poll_outcome(&identity.uid).await? {
             Outcome::Running(kind, upid) => {
-                return Ok(observation(Some(self.pending(kind, Some(&upid)))));
+                return Ok(observation(Some(self.pending(
+                    &identity.uid,
+                    kind,
+                    Some(&upid),
+                ))));
             }
             Outcome::Succeeded(kind) => Some(kind),
             Outcome::Idle | Outcome::Lost => None,
@@ -135,9 +141,11 @@ impl ProxmoxBackend {
                     {
                         Ok(drive) => Some(drive),
                         Err(upid) => {
-                            return Ok(observation(Some(
-                                self.pending(OpKind::UploadSeed, Some(&upid)),
-                            )));
+                            return Ok(observation(Some(self.pending(
+                                &identity.uid,
+                                OpKind::UploadSeed,
+                                Some(&upid),
+                            ))));
                         }
                     }
                 }
@@ -163,7 +171,11 @@ impl ProxmoxBackend {
                     .map_err(pve)?;
                 if data.is_string() {
                     let upid = self.remember(&identity.uid, OpKind::Resize, &data)?;
-                    return Ok(observation(Some(self.pending(OpKind::Resize, Some(&upid)))));
+                    return Ok(observation(Some(self.pending(
+                        &identity.uid,
+                        OpKind::Resize,
+                        Some(&upid),
+                    ))));
                 }
             }
             return Ok(observation(Some(Pending {
@@ -220,7 +232,7 @@ impl ProxmoxBackend {
             info!(uid = %identity.uid, vmid = found.vmid, config = ?changes, "proxmox: applying spec changes");
             let pending = if data.is_string() {
                 let upid = self.remember(&identity.uid, kind, &data)?;
-                self.pending(kind, Some(&upid))
+                self.pending(&identity.uid, kind, Some(&upid))
             } else {
                 Pending {
                     operation: "Reconfiguring".into(),
@@ -273,7 +285,7 @@ impl ProxmoxBackend {
             return Ok(MachineObservation {
                 provider_id,
                 power_state: Some(power),
-                ..observation(Some(self.pending(kind, Some(&upid))))
+                ..observation(Some(self.pending(&identity.uid, kind, Some(&upid))))
             });
         }
         let addresses = if power == PowerState::PoweredOn {

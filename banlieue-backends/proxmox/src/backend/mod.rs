@@ -202,12 +202,14 @@ impl ProxmoxBackend {
         &self.settings
     }
 
-    fn pending(&self, kind: OpKind, upid: Option<&Upid>) -> Pending {
-        banlieue_kit::tasks::pending(
-            kind,
-            upid.map(|u| u.raw.clone()),
-            self.settings.pacing.task_poll_interval,
-        )
+    fn pending(&self, uid: &str, kind: OpKind, upid: Option<&Upid>) -> Pending {
+        banlieue_kit::tasks::pending(kind, upid.map(|u| u.raw.clone()), self.next_poll(uid))
+    }
+
+    /// How soon to look at `uid`'s task again ([`TaskBook::next_poll`]).
+    fn next_poll(&self, uid: &str) -> Duration {
+        self.tasks
+            .next_poll(uid, self.settings.pacing.task_poll_interval)
     }
 }
 

@@ -31,7 +31,7 @@ impl ProxmoxBackend {
         let pending = self
             .tasks
             .get(&identity.uid)
-            .map(|(kind, upid)| self.pending(kind, Some(&upid)));
+            .map(|(kind, upid)| self.pending(&identity.uid, kind, Some(&upid)));
         Ok(Some(MachineObservation {
             provider_id: config::smbios_uuid(&current).map(|u| format!("proxmox://{u}")),
             power_state: Some(power),

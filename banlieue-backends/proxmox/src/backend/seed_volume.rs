@@ -184,7 +184,7 @@ impl ProxmoxBackend {
             self.remember(&identity.uid, OpKind::DeleteSeed, &data)?;
         }
         Ok(Some(Deletion::InProgress {
-            retry_after: self.settings.pacing.task_poll_interval,
+            retry_after: self.next_poll(&identity.uid),
         }))
     }
 }

@@ -291,7 +291,7 @@ impl VSphereBackend {
         info!(uid = %identity.uid, template = %spec.template, failure_domain = %fd, "vsphere: cloning");
         Ok(MachineObservation {
             failure_domain: Some(fd),
-            pending: Some(self.pending(OpKind::Clone, Some(&task))),
+            pending: Some(self.pending(&identity.uid, OpKind::Clone, Some(&task))),
             ..Default::default()
         })
     }

@@ -99,7 +99,7 @@ impl VSphereBackend {
         info!(uid = %identity.uid, vmx = %vmx, disks = disks.len(), failure_domain = %fd, "vsphere: creating on imported disks");
         Ok(MachineObservation {
             failure_domain: Some(fd),
-            pending: Some(self.pending(OpKind::Create, Some(&task))),
+            pending: Some(self.pending(&identity.uid, OpKind::Create, Some(&task))),
             ..Default::default()
         })
     }

@@ -213,12 +213,14 @@ impl VSphereBackend {
         &self.settings
     }
 
-    fn pending(&self, kind: OpKind, task: Option<&MoRef>) -> Pending {
-        banlieue_kit::tasks::pending(
-            kind,
-            task.map(|t| t.value.clone()),
-            self.settings.pacing.task_poll_interval,
-        )
+    fn pending(&self, uid: &str, kind: OpKind, task: Option<&MoRef>) -> Pending {
+        banlieue_kit::tasks::pending(kind, task.map(|t| t.value.clone()), self.next_poll(uid))
+    }
+
+    /// How soon to look at `uid`'s task again ([`TaskBook::next_poll`]).
+    fn next_poll(&self, uid: &str) -> Duration {
+        self.tasks
+            .next_poll(uid, self.settings.pacing.task_poll_interval)
     }
 
     async fn topology(&self, fresh: bool) -> Result<Arc<Topology>, BackendError> {
@@ -254,7 +256,7 @@ impl VSphereBackend {
         match polled {
             Ok(Some((kind, task))) => {
                 return Ok(Created::Not(MachineObservation {
-                    pending: Some(self.pending(kind, Some(&task))),
+                    pending: Some(self.pending(uid, kind, Some(&task))),
                     ..Default::default()
                 }));
             }
@@ -371,7 +373,7 @@ impl Backend for VSphereBackend {
             },
         };
         if let Some((kind, task)) = polled? {
-            return Ok(self.observation(&vm, Some(self.pending(kind, Some(&task)))));
+            return Ok(self.observation(&vm, Some(self.pending(uid, kind, Some(&task)))));
         }
         if vm.instance_uuid.as_deref() != Some(uid.to_ascii_lowercase().as_str()) {
             // Found by its providerID under another UID (a moved or restored object):
@@ -388,7 +390,7 @@ impl Backend for VSphereBackend {
                 )
                 .await?;
             info!(uid = %uid, vm = %vm.moref, previous = ?vm.instance_uuid, "vsphere: adopting");
-            return Ok(self.observation(&vm, Some(self.pending(OpKind::Adopt, Some(&task)))));
+            return Ok(self.observation(&vm, Some(self.pending(uid, OpKind::Adopt, Some(&task)))));
         }
         let configured =
             vm.extra.get(guestinfo::CONFIGURED_KEY).map(String::as_str) == Some("true");
@@ -410,7 +412,9 @@ impl Backend for VSphereBackend {
                 )
                 .await?;
             info!(uid = %uid, vm = %vm.moref, firmware = ?fix.firmware, secure_boot = ?fix.efi_secure_boot, "vsphere: setting firmware");
-            return Ok(self.observation(&vm, Some(self.pending(OpKind::Configure, Some(&task)))));
+            return Ok(
+                self.observation(&vm, Some(self.pending(uid, OpKind::Configure, Some(&task))))
+            );
         }
         if !configured {
             let mut config = self.configure_spec(&vm, spec, request).await?;
@@ -426,7 +430,9 @@ impl Backend for VSphereBackend {
                 )
                 .await?;
             info!(uid = %uid, vm = %vm.moref, firmware = ?config.firmware, "vsphere: configuring guestinfo");
-            return Ok(self.observation(&vm, Some(self.pending(OpKind::Configure, Some(&task)))));
+            return Ok(
+                self.observation(&vm, Some(self.pending(uid, OpKind::Configure, Some(&task))))
+            );
         }
         let want = spec.power_state;
         let action = match (want, vm.power) {
@@ -447,7 +453,7 @@ impl Backend for VSphereBackend {
             let task = self
                 .start(uid, kind, &methods::vm_call(method, &vm.moref))
                 .await?;
-            return Ok(self.observation(&vm, Some(self.pending(kind, Some(&task)))));
+            return Ok(self.observation(&vm, Some(self.pending(uid, kind, Some(&task)))));
         }
         lock(&self.shutdowns).remove(uid);
         let waiting = want == PowerState::PoweredOn
@@ -474,12 +480,11 @@ impl Backend for VSphereBackend {
         let pending = self
             .tasks
             .get(&identity.uid)
-            .map(|(kind, task)| self.pending(kind, Some(&task)));
+            .map(|(kind, task)| self.pending(&identity.uid, kind, Some(&task)));
         Ok(Some(self.observation(&vm, pending)))
     }
 
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
-        let retry_after = self.settings.pacing.task_poll_interval;
         if !is_uuid(&identity.uid) {
             return Ok(Deletion::Gone);
         }
@@ -489,7 +494,11 @@ impl Backend for VSphereBackend {
                 self.failed_clones.forget(uid);
                 return Ok(Deletion::Gone);
             }
-            Some(false) => return Ok(Deletion::InProgress { retry_after }),
+            Some(false) => {
+                return Ok(Deletion::InProgress {
+                    retry_after: self.next_poll(uid),
+                });
+            }
             None => {}
         }
         let (vm, polled) = self.find_and_poll(identity).await?;
@@ -502,17 +511,23 @@ impl Backend for VSphereBackend {
         let Some(vm) = vm else {
             self.failed_clones.forget(uid);
             return Ok(match running {
-                Some(_) => Deletion::InProgress { retry_after },
+                Some(_) => Deletion::InProgress {
+                    retry_after: self.next_poll(uid),
+                },
                 None => Deletion::Gone,
             });
         };
         if running.is_some() {
-            return Ok(Deletion::InProgress { retry_after });
+            return Ok(Deletion::InProgress {
+                retry_after: self.next_poll(uid),
+            });
         }
         if vm.power != PowerState::PoweredOff {
             self.hard_power_off(uid, &vm).await?;
             info!(uid = %uid, vm = %vm.moref, "vsphere: powering off to delete");
-            return Ok(Deletion::InProgress { retry_after });
+            return Ok(Deletion::InProgress {
+                retry_after: self.next_poll(uid),
+            });
         }
         match self
             .start(
@@ -527,7 +542,9 @@ impl Backend for VSphereBackend {
             Err(e) => return Err(e),
         }
         info!(uid = %uid, vm = %vm.moref, "vsphere: destroying");
-        Ok(Deletion::InProgress { retry_after })
+        Ok(Deletion::InProgress {
+            retry_after: self.next_poll(uid),
+        })
     }
 
     fn disk_transfer(&self) -> Option<&dyn DiskTransfer> {

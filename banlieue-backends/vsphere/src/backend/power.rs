@@ -53,6 +53,6 @@ impl VSphereBackend {
                 &methods::vm_call("PowerOffVM_Task", &vm.moref),
             )
             .await?;
-        Ok(self.pending(OpKind::PowerOff, Some(&task)))
+        Ok(self.pending(uid, OpKind::PowerOff, Some(&task)))
     }
 }
