@@ -8,12 +8,23 @@ impl ProxmoxBackend {
         &self,
         identity: &MachineIdentity,
     ) -> Result<Deletion, BackendError> {
+        // Our destroy in flight says best whether the VM is gone: no listing, and no
+        // search by SMBIOS UUID through every VM's config for one that is not there.
+        if matches!(self.tasks.get(&identity.uid), Some((OpKind::Destroy, _))) {
+            match self.poll_outcome(&identity.uid).await? {
+                Outcome::Succeeded(_) => return Ok(Deletion::Gone),
+                Outcome::Running(..) => {
+                    return Ok(Deletion::InProgress {
+                        retry_after: self.next_poll(&identity.uid),
+                    });
+                }
+                Outcome::Idle | Outcome::Lost => {}
+            }
+        }
         let resources = self.resources().await?;
         let found = self.find(identity, &resources).await?;
         let (mut stopped, mut seed_deleted) = (false, false);
         let running = match self.poll_outcome(&identity.uid).await {
-            // Our destroy finished: the VM is gone, whatever the listing before it said.
-            Ok(Outcome::Succeeded(OpKind::Destroy)) => return Ok(Deletion::Gone),
             Ok(Outcome::Running(kind, upid)) => Some((kind, upid)),
             Ok(outcome) => {
                 stopped = matches!(outcome, Outcome::Succeeded(OpKind::Stop));
