@@ -10,9 +10,15 @@
 //! its deletion.
 //! Slots live in memory: after a restart, creates already running on the hypervisor
 //! are not counted until their machines are reconciled again.
+//!
+//! Machines queued behind the cap wait in order; a slot given back wakes the first of
+//! them through its controller ([`CreateSlots::wakes`]) instead of leaving every
+//! queued machine to look again on a timer.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use futures::channel::mpsc;
 
 pub(crate) use crate::backend::concurrency::{
     MAX_CONCURRENT_CREATES_SETTING, max_concurrent_creates as cap,
@@ -32,16 +38,30 @@ pub enum Admission {
     },
 }
 
+/// A machine queued for a slot, as its controller finds it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiter {
+    /// The machine's kind (`VSphereMachine`): which controller to wake.
+    pub kind: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
 #[derive(Debug, Default)]
 struct Slots {
     held: HashSet<String>,
     peak: usize,
+    /// Queued machines by UID, first come first.
+    queue: VecDeque<(String, Waiter)>,
 }
 
 /// Slots per Provider (`namespace/name`).
 #[derive(Debug, Default)]
 pub struct CreateSlots {
     providers: Mutex<HashMap<String, Slots>>,
+    wakers: Mutex<HashMap<String, mpsc::UnboundedSender<Waiter>>>,
 }
 
 impl CreateSlots {
@@ -62,7 +82,29 @@ impl CreateSlots {
         }
         slots.held.insert(uid.to_owned());
         slots.peak = slots.peak.max(slots.held.len());
+        slots.queue.retain(|(queued, _)| queued != uid);
         Admission::Go
+    }
+
+    /// Queues machine `uid` (refused a slot by [`Self::admit`]) to be woken when one
+    /// is given back; a machine already queued keeps its place.
+    pub fn wait(&self, provider: &str, uid: &str, waiter: Waiter) {
+        let mut providers = self.lock();
+        let slots = providers.entry(provider.to_owned()).or_default();
+        if !slots.queue.iter().any(|(queued, _)| queued == uid) {
+            slots.queue.push_back((uid.to_owned(), waiter));
+        }
+    }
+
+    /// The machines of `kind` to reconcile because a slot was given back for them.
+    /// One receiver per kind: a second call replaces the first.
+    pub fn wakes(&self, kind: &str) -> mpsc::UnboundedReceiver<Waiter> {
+        let (tx, rx) = mpsc::unbounded();
+        self.wakers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(kind.to_owned(), tx);
+        rx
     }
 
     /// True when `uid` holds a slot on `provider`.
@@ -72,11 +114,34 @@ impl CreateSlots {
             .is_some_and(|slots| slots.held.contains(uid))
     }
 
-    /// Gives back `uid`'s slot; the Provider it was held on, if any.
+    /// Gives back `uid`'s slot (and its place in a queue: a machine deleted while
+    /// queued), waking the first machine queued on that Provider; the Provider the
+    /// slot was held on, if any.
     pub fn release(&self, uid: &str) -> Option<String> {
-        self.lock()
-            .iter_mut()
-            .find_map(|(provider, slots)| slots.held.remove(uid).then(|| provider.clone()))
+        let (provider, next) = {
+            let mut providers = self.lock();
+            for slots in providers.values_mut() {
+                slots.queue.retain(|(queued, _)| queued != uid);
+            }
+            let (provider, slots) = providers
+                .iter_mut()
+                .find(|(_, slots)| slots.held.contains(uid))?;
+            slots.held.remove(uid);
+            (provider.clone(), slots.queue.pop_front().map(|(_, w)| w))
+        };
+        if let Some(waiter) = next {
+            self.wake(waiter);
+        }
+        Some(provider)
+    }
+
+    fn wake(&self, waiter: Waiter) {
+        let wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        // No controller of that kind listening (or it stopped): the machine's own
+        // recheck finds the slot.
+        if let Some(tx) = wakers.get(&waiter.kind) {
+            let _ = tx.unbounded_send(waiter);
+        }
     }
 
     /// Creates running on `provider` now, and the most at once since start.
@@ -142,6 +207,39 @@ mod tests {
         assert_eq!(slots.in_flight("ns/p"), (2, 2));
         assert_eq!(slots.admit("ns/p", "d", None), Admission::Go, "no cap");
         assert_eq!(slots.in_flight("ns/p"), (3, 3));
+    }
+
+    fn waiter(name: &str) -> Waiter {
+        Waiter {
+            kind: "VSphereMachine".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_slot_given_back_wakes_the_first_machine_queued_on_that_provider() {
+        use futures::StreamExt;
+        let slots = CreateSlots::default();
+        let mut wakes = slots.wakes("VSphereMachine");
+        assert_eq!(slots.admit("ns/p", "a", Some(1)), Admission::Go);
+        for queued in ["b", "c", "d"] {
+            assert_ne!(slots.admit("ns/p", queued, Some(1)), Admission::Go);
+            slots.wait("ns/p", queued, waiter(queued));
+        }
+        slots.wait("ns/p", "b", waiter("b"));
+        // c is deleted while queued: it leaves the queue, and wakes no one.
+        assert_eq!(slots.release("c"), None);
+        assert_eq!(slots.release("a").as_deref(), Some("ns/p"));
+        assert_eq!(
+            futures::executor::block_on(wakes.next()),
+            Some(waiter("b")),
+            "first come, once"
+        );
+        assert_eq!(slots.admit("ns/p", "b", Some(1)), Admission::Go);
+        slots.release("b");
+        assert_eq!(futures::executor::block_on(wakes.next()), Some(waiter("d")));
+        assert!(wakes.try_recv().is_err(), "nothing else queued");
     }
 
     proptest! {

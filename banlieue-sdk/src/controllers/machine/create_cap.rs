@@ -12,8 +12,9 @@ use super::super::create_slots;
 use super::{Machine, plan};
 use crate::api::Provider;
 
-/// How soon a machine queued behind its Provider's create cap looks again.
-const CREATE_QUEUE_RECHECK: Duration = Duration::from_secs(1);
+/// How soon a machine queued behind its Provider's create cap looks again on its
+/// own; it is woken sooner when a slot is given back for it.
+const CREATE_QUEUE_RECHECK: Duration = Duration::from_secs(10);
 
 fn provider_key(provider: &Provider) -> String {
     format!(
@@ -51,15 +52,26 @@ pub(super) fn admit_create<K: Machine>(
     ctx.metrics.creates(&key, ctx.create_slots.in_flight(&key));
     match admission {
         create_slots::Admission::Go => Ok(true),
-        create_slots::Admission::Queued { in_flight, cap } => Err(plan::Stop::Waiting {
-            reason: "CreateQueued",
-            message: format!(
-                "{in_flight} machines are being created on Provider {}, its cap (spec.settings.{}: {cap}); this one starts when one of them is done",
-                provider.name_any(),
-                create_slots::MAX_CONCURRENT_CREATES_SETTING
-            ),
-            retry: plan::Retry::After(CREATE_QUEUE_RECHECK),
-        }),
+        create_slots::Admission::Queued { in_flight, cap } => {
+            ctx.create_slots.wait(
+                &key,
+                &uid,
+                create_slots::Waiter {
+                    kind: K::kind(&()).into_owned(),
+                    namespace: machine.namespace().unwrap_or_default(),
+                    name: machine.name_any(),
+                },
+            );
+            Err(plan::Stop::Waiting {
+                reason: "CreateQueued",
+                message: format!(
+                    "{in_flight} machines are being created on Provider {}, its cap (spec.settings.{}: {cap}); this one starts when one of them is done",
+                    provider.name_any(),
+                    create_slots::MAX_CONCURRENT_CREATES_SETTING
+                ),
+                retry: plan::Retry::After(CREATE_QUEUE_RECHECK),
+            })
+        }
     }
 }
 

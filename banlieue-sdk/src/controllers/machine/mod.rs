@@ -126,7 +126,13 @@ pub(crate) async fn run<K: Machine>(
     } else {
         controller
     };
+    // A create slot given back for a queued machine wakes it.
+    let woken = ctx
+        .create_slots
+        .wakes(&K::kind(&()))
+        .map(|w| ObjectRef::new(&w.name).within(&w.namespace));
     controller
+        .reconcile_on(woken)
         .watches(
             watch::namespaced::<Provider>(&ctx.client, &ctx.settings),
             watch::unfiltered(),
