@@ -590,9 +590,10 @@ async fn main() {
         "\nThe floor's waits: on vcsim, one property filter over a container view (no polling); on fakepve, \
          one `GET /cluster/resources` per 100 ms round for all machines. banlieue shares one listing among \
          the reconciles of a 50 ms round on Proxmox and reads a vSphere VM with its task in one call, but \
-         each machine is still reconciled on its own and its tasks polled at the shipped `taskPollInterval` \
-         (2 s on Proxmox, 1 s on vSphere): that wait, not the simulators (whose tasks end at once), is most \
-         of its time here.\n",
+         each machine is still reconciled on its own, its tasks polled from 250 ms after they start up to \
+         the shipped `taskPollInterval` (2 s on Proxmox, 1 s on vSphere), and its creates held to the \
+         shipped cap of 10 at a time per Provider (`maxConcurrentCreates`), which the floor does not have: \
+         those waits, not the simulators (whose tasks end at once), are most of its time here.\n",
     );
     out.push('\n');
     for (backend, _, floor, ours) in &rows {
