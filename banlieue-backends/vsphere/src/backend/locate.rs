@@ -164,6 +164,8 @@ impl VSphereBackend {
                             .map(methods::decode_task);
                         return Ok((Some(vm), self.settle(uid, kind, task, state)));
                     }
+                    // Not the machine's VM (any more): search, without reading it again.
+                    self.sightings.forget(uid);
                 }
                 // The VM (or the task) is gone: read them apart.
                 Err(e) if e.fault_kind() == Some("ManagedObjectNotFound") => {}

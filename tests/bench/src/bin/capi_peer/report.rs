@@ -147,31 +147,28 @@ pub fn render(data: &Path, date: &str) -> anyhow::Result<String> {
         );
         requests_table(&mut md, *n, ours[0], peers[0]);
         let chart = format!("capi-peer-{date}-n{n}.svg");
+        let line = |label: &str, color, dashed, points: &Vec<_>| Series {
+            label: label.into(),
+            color,
+            dashed,
+            points: points.clone(),
+        };
+        let (ours_color, peer_color) = ("#1f77b4", "#ff7f0e");
         let series = [
-            Series {
-                label: "banlieue".into(),
-                color: "#1f77b4",
-                dashed: false,
-                points: ours[0].curve.clone(),
-            },
-            Series {
-                label: "peer (CAPD in-memory)".into(),
-                color: "#ff7f0e",
-                dashed: false,
-                points: peers[0].curve.clone(),
-            },
-            Series {
-                label: "Machines created by CAPI, banlieue's run".into(),
-                color: "#1f77b4",
-                dashed: true,
-                points: ours[0].created.clone(),
-            },
-            Series {
-                label: "Machines created by CAPI, the peer's run".into(),
-                color: "#ff7f0e",
-                dashed: true,
-                points: peers[0].created.clone(),
-            },
+            line("banlieue", ours_color, false, &ours[0].curve),
+            line("peer (CAPD in-memory)", peer_color, false, &peers[0].curve),
+            line(
+                "Machines created by CAPI, banlieue's run",
+                ours_color,
+                true,
+                &ours[0].created,
+            ),
+            line(
+                "Machines created by CAPI, the peer's run",
+                peer_color,
+                true,
+                &peers[0].created,
+            ),
         ];
         std::fs::write(
             out.join(&chart),
