@@ -261,7 +261,9 @@ impl Plane {
         let policy = scratch.path().join("audit-policy.yaml");
         let audit_log = scratch.path().join("audit.log");
         std::fs::write(&policy, measure::audit_policy(&args.audit_level))?;
-        let mut config = ControlPlaneConfig::from_env().crds(banlieue_sdk::crds::all());
+        let mut config = ControlPlaneConfig::from_env()
+            .crds(banlieue_sdk::crds::all())
+            .etcd_arg(format!("--quota-backend-bytes={}", measure::ETCD_QUOTA_BYTES));
         for flag in measure::audit_flags(&policy, &audit_log)
             .into_iter()
             .chain(args.apiserver_args.iter().cloned())

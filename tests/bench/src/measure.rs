@@ -33,6 +33,12 @@ rules:
     )
 }
 
+/// etcd's backend quota on every control plane the benchmark starts (both sides): 8 GiB,
+/// etcd's recommended maximum. The default 2 GiB fills before N = 100,000 (two objects per
+/// VM, each rewritten several times before compaction), and a full quota turns every write
+/// into `etcdserver: mvcc: database space exceeded`.
+pub const ETCD_QUOTA_BYTES: u64 = 8 * 1024 * 1024 * 1024;
+
 /// The apiserver flags that enable the audit log (`policy` and `log` are paths).
 pub fn audit_flags(policy: &Path, log: &Path) -> Vec<String> {
     vec![

@@ -217,6 +217,12 @@ fn write_setup(md: &mut String, results: &[SizeResult]) {
     );
     let _ = writeln!(
         md,
+        "- etcd: the harness's flags plus `--quota-backend-bytes={}` (8 GiB; the default 2 GiB \
+         fills before N = 100,000).",
+        crate::measure::ETCD_QUOTA_BYTES
+    );
+    let _ = writeln!(
+        md,
         "- Requests are counted from the audit log, attributed by `User-Agent` (the \
          benchmark's client sends `banlieue-bench`; the apiserver's own loopback requests are \
          ignored). Phases: `startup` (operator start to first create), `create` (first create \

@@ -48,6 +48,7 @@ pub struct ControlPlaneConfig {
     attach_output: bool,
     keep_dir: bool,
     apiserver_args: Vec<String>,
+    etcd_args: Vec<String>,
 }
 
 impl Default for ControlPlaneConfig {
@@ -81,6 +82,7 @@ impl ControlPlaneConfig {
             attach_output: env_flag("KUBEBUILDER_ATTACH_CONTROL_PLANE_OUTPUT"),
             keep_dir: env_flag("BANLIEUE_TESTENV_KEEP"),
             apiserver_args: Vec::new(),
+            etcd_args: Vec::new(),
         }
     }
 
@@ -123,6 +125,12 @@ impl ControlPlaneConfig {
     /// Appends a kube-apiserver flag (e.g. `--feature-gates=...`); later flags win.
     pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
         self.apiserver_args.push(arg.into());
+        self
+    }
+
+    /// Appends an etcd flag (e.g. `--quota-backend-bytes=...`); later flags win.
+    pub fn etcd_arg(mut self, arg: impl Into<String>) -> Self {
+        self.etcd_args.push(arg.into());
         self
     }
 }
@@ -416,6 +424,7 @@ async fn start_processes(
     if supports_flag(&binaries.etcd, "--unsafe-no-fsync") {
         etcd_args.push("--unsafe-no-fsync=true".to_owned());
     }
+    etcd_args.extend(config.etcd_args.iter().cloned());
     let etcd = ManagedProcess::spawn(ETCD, &binaries.etcd, &etcd_args, dir, config.attach_output)?;
     adopt(running, etcd);
     wait_ready(running, ETCD, config.start_timeout, || {
