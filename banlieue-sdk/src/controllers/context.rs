@@ -205,6 +205,8 @@ pub(crate) struct Context {
     /// Whether every shared store has listed once: before, a VM's machines may be
     /// missing from the cache (a move in flight would look finished).
     pub stores_synced: super::synced::StoresSynced,
+    /// VMs whose infra machine we created and the cache has not shown yet.
+    pub unseen_machines: super::unseen::UnseenMachines,
     events: super::events::Events,
     writers: Mutex<Option<Writers>>,
     failures: Mutex<HashMap<String, super::failure_backoff::Failures>>,
@@ -255,6 +257,7 @@ impl Context {
             create_slots: Default::default(),
             copies: Default::default(),
             stores_synced: Default::default(),
+            unseen_machines: Default::default(),
             writers: Mutex::new(Some(Writers {
                 providers: providers_w,
                 classes: classes_w,

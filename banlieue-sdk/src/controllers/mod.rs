@@ -48,6 +48,7 @@ mod status_patch;
 mod status_write;
 mod synced;
 mod template;
+mod unseen;
 mod virtual_machine;
 mod watch;
 mod written;

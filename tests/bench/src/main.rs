@@ -263,7 +263,10 @@ impl Plane {
         std::fs::write(&policy, measure::audit_policy(&args.audit_level))?;
         let mut config = ControlPlaneConfig::from_env()
             .crds(banlieue_sdk::crds::all())
-            .etcd_arg(format!("--quota-backend-bytes={}", measure::ETCD_QUOTA_BYTES));
+            .etcd_arg(format!(
+                "--quota-backend-bytes={}",
+                measure::ETCD_QUOTA_BYTES
+            ));
         for flag in measure::audit_flags(&policy, &audit_log)
             .into_iter()
             .chain(args.apiserver_args.iter().cloned())

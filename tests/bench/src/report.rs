@@ -79,6 +79,7 @@ pub fn write(out: &Path, header: &Header<'_>, results: &[SizeResult]) -> anyhow:
          median of those). Writes, idle writes, RSS and CPU are the first pair's.\n"
     );
     write_targets(&mut md, results);
+    write_cost_per_vm(&mut md, results);
     write_setup(&mut md, results);
     write_minimum(&mut md);
     for r in results {
@@ -191,6 +192,81 @@ fn write_rss_per_vm(md: &mut String, results: &[SizeResult]) {
         previous = Some(r);
     }
     let _ = writeln!(md);
+}
+
+/// What one VM costs at each size (times per 1,000 VMs, the operator's CPU and RSS per
+/// VM), side by side so that a cost growing faster than N shows; then the N = 100,000
+/// targets when that size was run.
+fn write_cost_per_vm(md: &mut String, results: &[SizeResult]) {
+    if results.len() < 2 {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Cost per VM by size (issue 21 §4)
+"
+    );
+    let _ = writeln!(
+        md,
+        "Linear cost shows as equal figures down a column. Times are medians over the \
+         pairs, per 1,000 VMs; CPU and RSS are the operator's (first pair).
+"
+    );
+    let _ = writeln!(
+        md,
+        "| N | all Ready per 1k VMs | baseline | all gone per 1k VMs | baseline | Ready / baseline | gone / baseline | operator CPU per VM | peak RSS per VM |"
+    );
+    let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        let per_k = |seconds: f64| seconds * 1000.0 / r.n as f64;
+        let _ = writeln!(
+            md,
+            "| {} | {:.2} s | {:.2} s | {:.2} s | {:.2} s | {} | {} | {:.2} ms | {:.1} KiB |",
+            r.n,
+            per_k(r.ready_seconds()),
+            per_k(r.baseline_ready()),
+            per_k(r.gone_seconds()),
+            per_k(r.baseline_gone()),
+            times(r.ready_ratio()),
+            times(r.gone_ratio()),
+            r.proc_end.cpu_seconds * 1000.0 / r.n as f64,
+            r.proc_end.peak_rss_mib * 1024.0 / r.n as f64,
+        );
+    }
+    let _ = writeln!(md);
+    let Some(r) = results.iter().find(|r| r.n == 100_000) else {
+        return;
+    };
+    let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
+    let _ = writeln!(
+        md,
+        "Targets at N = 100,000 (one pair):
+"
+    );
+    let _ = writeln!(md, "| target | measured | |");
+    let _ = writeln!(md, "|---|---|---|");
+    let _ = writeln!(
+        md,
+        "| all Ready ≤ 1.3× the baseline | {} ({:.1} s vs {:.1} s) | {} |",
+        times(r.ready_ratio()),
+        r.ready_seconds(),
+        r.baseline_ready(),
+        verdict(r.ready_ratio() <= 1.3)
+    );
+    let _ = writeln!(
+        md,
+        "| all gone ≤ 1.3× the baseline | {} ({:.1} s vs {:.1} s) | {} |",
+        times(r.gone_ratio()),
+        r.gone_seconds(),
+        r.baseline_gone(),
+        verdict(r.gone_ratio() <= 1.3)
+    );
+    let _ = writeln!(
+        md,
+        "| operator peak RSS ≤ 1 GiB | {:.1} MiB | {} |\n",
+        r.proc_end.peak_rss_mib,
+        verdict(r.proc_end.peak_rss_mib <= 1024.0)
+    );
 }
 
 fn write_setup(md: &mut String, results: &[SizeResult]) {

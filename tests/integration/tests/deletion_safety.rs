@@ -19,6 +19,7 @@ use banlieue_sdk::backend::BackendRegistry;
 use banlieue_sdk::conditions;
 use banlieue_testenv::TestNamespace;
 use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -240,6 +241,60 @@ async fn a_machine_whose_provider_was_removed_by_force_keeps_its_vm_until_the_pr
     .unwrap();
     wait_gone(&vms, "kept", WAIT).await;
     assert!(operator.sim.machines(&endpoint).is_empty());
+}
+
+/// A VM deleted while its infra machine is being made: the operator trusts its cache's
+/// "no machine" only when no create of its own is still unseen there; a finalizer
+/// removed early would leave the machine (and its backend VM) behind, as this
+/// environment has no garbage collector.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vms_deleted_while_their_machines_are_made_leave_nothing_behind() {
+    const COUNT: usize = 60;
+    let (ns, operator, endpoint) = sim_world("del-race").await;
+    let vms: Api<VirtualMachine> = ns.api();
+    let machines: Api<LibvirtMachine> = ns.api();
+    let racers: Vec<_> = (0..COUNT)
+        .map(|i| {
+            let (client, namespace, vms) = (ns.client.clone(), ns.name.clone(), vms.clone());
+            let object = sim_vm(&ns, &format!("race-{i}"), "sim");
+            tokio::spawn(async move {
+                let name = format!("race-{i}");
+                apply(&client, &namespace, &object).await.expect("create");
+                // Delete the moment the VM is finalized: its machine is applied by the
+                // reconcile that follows, so some deletes land just after that apply.
+                let started = std::time::Instant::now();
+                loop {
+                    let vm = vms.get(&name).await.expect("get");
+                    if !vm.finalizers().is_empty() {
+                        break;
+                    }
+                    assert!(started.elapsed() < WAIT, "{name} never got its finalizer");
+                    tokio::time::sleep(Duration::from_millis(5 * (i as u64 % 4))).await;
+                }
+                vms.delete(&name, &DeleteParams::default())
+                    .await
+                    .expect("delete");
+            })
+        })
+        .collect();
+    for racer in racers {
+        racer.await.expect("racer");
+    }
+    for i in 0..COUNT {
+        wait_gone(&vms, &format!("race-{i}"), WAIT).await;
+    }
+    let left = machines.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        left.is_empty(),
+        "infra machines outlived their VMs: {:?}",
+        left.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+    );
+    let backend = operator.sim.machines(&endpoint);
+    assert!(
+        backend.is_empty(),
+        "backend VMs outlived their VMs: {}",
+        backend.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -156,6 +156,8 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     } else {
         Vec::new()
     };
+    ctx.unseen_machines
+        .seen(&uid, existing.iter().map(|e| e.kind));
     let class = ctx
         .stores
         .classes
@@ -292,6 +294,10 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     let current_infra = existing.first();
     copy_disk::keep_lineage(&mut built, current_infra);
     if let plan::Machine::Apply { first } = plan::machine(current_infra, |e| e.matches(&built)) {
+        if first {
+            // Before the request: a create that times out may still have happened.
+            ctx.unseen_machines.created(&uid, built.kind());
+        }
         if let Err(error) = infra::apply(ctx, &built).await {
             let Some(why) = super::expected::rejected(&error) else {
                 return Err(error.into());
@@ -542,11 +548,19 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         // `clusterctl move` recreated the VM, its machine and its bootstrap Secret on
         // another cluster, whose machine adopts the backend VM by providerID: touch
         // nothing here, only let go.
+        ctx.unseen_machines.forget(&uid);
         ctx.written.virtual_machines.forget(&uid);
         return Ok(Action::await_change());
     }
-    let existing = infra::find(ctx, &namespace, &vm.name_any(), &uid);
+    let synced = ctx.stores_synced.is_synced();
+    let existing = if synced {
+        infra::find(ctx, &namespace, &vm.name_any(), &uid)
+    } else {
+        Vec::new()
+    };
     let remaining = !existing.is_empty();
+    ctx.unseen_machines
+        .seen(&uid, existing.iter().map(|e| e.kind));
     for e in &existing {
         if !e.deleting {
             infra::delete(ctx, &namespace, e).await?;
@@ -555,12 +569,19 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             report_deleting(vm, ctx, e).await?;
         }
     }
-    // The cache may not show a machine made moments ago: ask the API server too, about
-    // the kinds this VM can have made; the finalizer must not go while a machine exists.
-    let kinds = possible_kinds(vm, placed.as_ref(), ctx);
-    if remaining || infra::exists_live(ctx, &namespace, &vm.name_any(), &uid, &kinds).await? {
+    if remaining {
         return Err(Error::WaitingForInfra);
     }
+    // The finalizer must not go while a machine exists. The cache may not show one we
+    // made moments ago (or anything, before it listed): then ask the API server, about
+    // the kinds this VM can have made. Otherwise the cache's "none" is the answer.
+    if ctx.unseen_machines.may_hide(&uid, synced) {
+        let kinds = possible_kinds(vm, placed.as_ref(), ctx);
+        if infra::exists_live(ctx, &namespace, &vm.name_any(), &uid, &kinds).await? {
+            return Err(Error::WaitingForInfra);
+        }
+    }
+    ctx.unseen_machines.forget(&uid);
     ctx.written.virtual_machines.forget(&uid);
     if vm.spec.bootstrap.is_some() {
         let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);

@@ -152,6 +152,7 @@ pub(crate) async fn advance(ctx: &Context, mv: Move<'_>) -> Result<Action, Error
             annotations.insert(IMPORTING_DISKS_ANNOTATION.into(), origin.clone());
             annotations.insert(COPIED_FROM_ANNOTATION.into(), origin);
             annotations.insert(INSTANCE_ID_ANNOTATION.into(), instance_id(source));
+            ctx.unseen_machines.created(&uid, built.kind());
             infra::apply(ctx, &built).await?;
             event(
                 ctx,
