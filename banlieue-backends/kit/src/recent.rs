@@ -29,10 +29,18 @@ impl<V: Clone> Recent<V> {
             .map(|(v, _)| v.clone())
     }
 
-    /// Remembers `value` for `key` from now.
+    /// Remembers `value` for `key` from now (and drops the expired values: keys that are
+    /// never asked for again must not stay forever).
     pub fn put(&self, key: &str, value: &V) {
-        self.lock()
-            .insert(key.to_string(), (value.clone(), Instant::now()));
+        let mut values = self.lock();
+        values.retain(|_, (_, at)| at.elapsed() < self.ttl);
+        values.insert(key.to_string(), (value.clone(), Instant::now()));
+    }
+
+    /// How many values are held, expired or not.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.lock().len()
     }
 
     /// Forgets `key` (its value was found wrong).
@@ -60,5 +68,12 @@ mod tests {
         recent.put("a", &2);
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(recent.get("a"), None, "expired");
+        recent.put("b", &3);
+        assert_eq!(
+            recent.held(),
+            1,
+            "the expired value of a is dropped by the next put"
+        );
+        assert_eq!(recent.get("b"), Some(3));
     }
 }

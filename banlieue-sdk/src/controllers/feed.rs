@@ -32,6 +32,8 @@ pub(crate) enum Hears {
     Applied,
     /// Deletions too (an owner's controller, woken when its child is gone).
     Touched,
+    /// Deletions only (the last state of each object deleted).
+    Deleted,
 }
 
 /// The sending end a shared watch keeps for one subscriber.
@@ -97,7 +99,12 @@ pub(crate) async fn run<K: Watched>(
                 }
             };
             for subscriber in subscribers {
-                if deleted && subscriber.hears == Hears::Applied {
+                let hears = match subscriber.hears {
+                    Hears::Applied => !deleted,
+                    Hears::Touched => true,
+                    Hears::Deleted => deleted,
+                };
+                if !hears {
                     continue;
                 }
                 if subscriber.sender.send(object.clone()).await.is_err() {
@@ -108,21 +115,29 @@ pub(crate) async fn run<K: Watched>(
         .await;
 }
 
-/// The two subscriptions to one infra machine kind's shared watch.
+/// The three subscriptions to one infra machine kind's shared watch.
 pub(crate) struct MachineFeeds<K> {
     /// For the kind's own controller.
     pub controller: Subscription<K>,
     /// For the VirtualMachine controller, which owns them.
     pub owner: Subscription<K>,
+    /// For the sweep of machines that vanished without their cleanup
+    /// (`machine::orphan::sweep`).
+    pub deleted: Subscription<K>,
 }
 
 /// The subscribers of one infra machine kind's shared watch, and their subscriptions.
 pub(crate) fn machine_feeds<K>() -> (Vec<Subscriber<K>>, MachineFeeds<K>) {
     let (to_controller, controller) = subscribe(Hears::Applied);
     let (to_owner, owner) = subscribe(Hears::Touched);
+    let (to_sweep, deleted) = subscribe(Hears::Deleted);
     (
-        vec![to_controller, to_owner],
-        MachineFeeds { controller, owner },
+        vec![to_controller, to_owner, to_sweep],
+        MachineFeeds {
+            controller,
+            owner,
+            deleted,
+        },
     )
 }
 

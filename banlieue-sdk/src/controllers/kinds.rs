@@ -78,6 +78,7 @@ struct Typed<K: MachineKind> {
     watch: Mutex<Option<Watch<K>>>,
     controller: Mutex<Option<Subscription<K>>>,
     owner: Mutex<Option<Subscription<K>>>,
+    deleted: Mutex<Option<Subscription<K>>>,
 }
 
 /// A kind's watch before it starts: the cache's writer and whom it feeds.
@@ -85,12 +86,20 @@ type Watch<K> = (reflector::store::Writer<K>, Vec<Subscriber<K>>);
 
 fn new_slot<K: MachineKind>() -> Arc<dyn Slot> {
     let (store, writer) = reflector::store();
-    let (subscribers, MachineFeeds { controller, owner }) = machine_feeds();
+    let (
+        subscribers,
+        MachineFeeds {
+            controller,
+            owner,
+            deleted,
+        },
+    ) = machine_feeds();
     Arc::new(Typed::<K> {
         store,
         watch: Mutex::new(Some((writer, subscribers))),
         controller: Mutex::new(Some(controller)),
         owner: Mutex::new(Some(owner)),
+        deleted: Mutex::new(Some(deleted)),
     })
 }
 
@@ -153,6 +162,13 @@ impl<K: MachineKind> Slot for Typed<K> {
             self.store.clone(),
             shutdown.clone(),
         ))];
+        if let Some(deleted) = self.deleted.lock().expect("kind deletions feed").take() {
+            tasks.push(Box::pin(super::machine::orphan::sweep::<K>(
+                ctx.clone(),
+                deleted,
+                shutdown.clone(),
+            )));
+        }
         tasks.extend(companions(K::KIND, &ctx, &shutdown));
         tasks
     }

@@ -292,8 +292,17 @@ async fn vms_deleted_while_their_machines_are_made_leave_nothing_behind() {
     let backend = operator.sim.machines(&endpoint);
     assert!(
         backend.is_empty(),
-        "backend VMs outlived their VMs: {}",
-        backend.len()
+        "backend VMs outlived their VMs: {:?}",
+        backend
+            .iter()
+            .map(|m| (
+                &m.identity.name,
+                &m.identity.uid,
+                m.created,
+                m.pending,
+                m.deleting
+            ))
+            .collect::<Vec<_>>()
     );
 }
 

@@ -82,14 +82,25 @@ const GROUP_LABELS: [&str; 3] = [
 /// The failure domain banlieue gave a machine CAPI left unplaced, if it gave one: the
 /// one its status reports, else the one remembered since it was chosen.
 fn already_chosen<K: Machine>(machine: &K, ctx: &Context) -> Option<String> {
+    let mut ledger = ctx.capi_placements.lock().expect("capi placements");
+    let uid = machine.uid().unwrap_or_default();
     if let Some(landed) = machine
         .machine_status()
         .and_then(|s| s.failure_domain.clone())
     {
+        // Its status says it now: the ledger has done its job.
+        ledger.remove(&uid);
         return Some(landed);
     }
-    let ledger = ctx.capi_placements.lock().expect("capi placements");
-    ledger.get(&machine.uid().unwrap_or_default()).cloned()
+    ledger.get(&uid).cloned()
+}
+
+/// Forgets the failure domain remembered for the machine `uid` (it is going).
+pub(super) fn forget_placement(ctx: &Context, uid: &str) {
+    ctx.capi_placements
+        .lock()
+        .expect("capi placements")
+        .remove(uid);
 }
 
 /// A failure domain for a machine CAPI left unplaced: the one it already has, else

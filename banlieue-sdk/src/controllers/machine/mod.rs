@@ -32,6 +32,7 @@ use serde_json::json;
 mod capi;
 mod create_cap;
 mod ipam;
+pub(crate) mod orphan;
 mod plan;
 
 use super::MACHINE_FINALIZER;
@@ -360,14 +361,22 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             // The providerID patch bumps the generation: the status is computed from the
             // object it returns, or it would carry the old observedGeneration and need a
             // second write once the cache catches up.
-            let patched = match &observation.provider_id {
-                Some(id) if machine.provider_id() != Some(id.as_str()) => {
-                    Some(set_provider_id(machine, ctx, id).await?)
-                }
-                _ => None,
+            let recorded = async {
+                let patched = match &observation.provider_id {
+                    Some(id) if machine.provider_id() != Some(id.as_str()) => {
+                        Some(set_provider_id(machine, ctx, id).await?)
+                    }
+                    _ => None,
+                };
+                let current = patched.as_ref().unwrap_or(machine);
+                write_status(current, ctx, Outcome::Observed(&observation), reported).await
             };
-            let current = patched.as_ref().unwrap_or(machine);
-            write_status(current, ctx, Outcome::Observed(&observation), reported).await?;
+            match recorded.await {
+                Err(error) if orphan::orphaned(machine, &error) => {
+                    return orphan::delete_orphan(machine, ctx, &backend, &observation).await;
+                }
+                recorded => recorded?,
+            }
             ctx.succeeded(&key_of(machine));
             let next = plan::after_ensure(Ok(&observation), machine.desired_power_state(), false);
             Ok(action(machine, ctx, next.retry))
@@ -437,9 +446,7 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
     if deleted_for_move(machine.meta()) {
         // clusterctl move recreated this object elsewhere, where it adopts the VM by
         // its providerID: the VM lives on.
-        ctx.written
-            .machines
-            .forget(&machine.uid().unwrap_or_default());
+        let_go(machine, ctx);
         return Ok(Action::await_change());
     }
     if let Some(why) = capi::paused(machine, ctx).await? {
@@ -459,17 +466,10 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
             ),
         )
         .await;
-        ctx.written
-            .machines
-            .forget(&machine.uid().unwrap_or_default());
+        let_go(machine, ctx);
         return Ok(Action::await_change());
     }
-    let provider = provider_of(machine, ctx).or_else(|| {
-        let landed = machine.machine_status()?.failure_domain.as_deref()?;
-        let (provider, _) = crate::capi::failure_domains::split_name(landed)?;
-        provider_named(machine, ctx, provider)
-    });
-    let Some(provider) = provider else {
+    let Some(provider) = deleting_provider(machine, ctx) else {
         return provider_gone(machine, ctx).await;
     };
     let deleted = match ctx.backends.for_provider(&ctx.client, &provider).await {
@@ -480,23 +480,38 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
         Err(error) => delete_failed(machine, ctx, error).await,
         Ok(Deletion::Gone) => {
             ipam::release(machine, ctx).await?;
-            ctx.written
-                .machines
-                .forget(&machine.uid().unwrap_or_default());
-            ctx.succeeded(&key_of(machine));
+            let_go(machine, ctx);
             Ok(Action::await_change())
         }
         Ok(Deletion::InProgress { retry_after }) => Err(Error::DeletionInProgress(retry_after)),
     }
 }
 
+/// The Provider a machine's VM is deleted through: the one it names, else the one its
+/// status says it landed on.
+fn deleting_provider<K: Machine>(machine: &K, ctx: &Context) -> Option<Arc<Provider>> {
+    provider_of(machine, ctx).or_else(|| {
+        let landed = machine.machine_status()?.failure_domain.as_deref()?;
+        let (provider, _) = crate::capi::failure_domains::split_name(landed)?;
+        provider_named(machine, ctx, provider)
+    })
+}
+
+/// Forgets what this process remembers about a machine whose finalizer goes (what it
+/// wrote, where it was placed, its failure count), so per-machine memory does not grow
+/// with every machine ever deleted.
+fn let_go<K: Machine>(machine: &K, ctx: &Context) {
+    let uid = machine.uid().unwrap_or_default();
+    ctx.written.machines.forget(&uid);
+    capi::forget_placement(ctx, &uid);
+    ctx.succeeded(&key_of(machine));
+}
+
 /// The machine's Provider is gone. If the machine never reached a backend there is
 /// nothing to delete; otherwise its VM may still run, and letting go would forget it.
 async fn provider_gone<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {
     if !reached_backend(machine) {
-        ctx.written
-            .machines
-            .forget(&machine.uid().unwrap_or_default());
+        let_go(machine, ctx);
         return Ok(Action::await_change());
     }
     let named = machine

@@ -548,8 +548,7 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         // `clusterctl move` recreated the VM, its machine and its bootstrap Secret on
         // another cluster, whose machine adopts the backend VM by providerID: touch
         // nothing here, only let go.
-        ctx.unseen_machines.forget(&uid);
-        ctx.written.virtual_machines.forget(&uid);
+        let_go(vm, ctx);
         return Ok(Action::await_change());
     }
     let synced = ctx.stores_synced.is_synced();
@@ -581,8 +580,7 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             return Err(Error::WaitingForInfra);
         }
     }
-    ctx.unseen_machines.forget(&uid);
-    ctx.written.virtual_machines.forget(&uid);
+    let_go(vm, ctx);
     if vm.spec.bootstrap.is_some() {
         let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
         match secrets
@@ -598,6 +596,16 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         }
     }
     Ok(Action::await_change())
+}
+
+/// Forgets what this process remembers about a VM whose finalizer goes: per-VM memory
+/// must not grow with every VM ever deleted (a deletion that waited for its machine
+/// left its failure count behind).
+fn let_go(vm: &VirtualMachine, ctx: &Context) {
+    let uid = vm.uid().unwrap_or_default();
+    ctx.unseen_machines.forget(&uid);
+    ctx.written.virtual_machines.forget(&uid);
+    ctx.succeeded(&key_of(vm));
 }
 
 /// Whether the backend refused to delete `machine`'s VM (its `Ready` says why).
