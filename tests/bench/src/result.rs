@@ -203,7 +203,11 @@ pub fn load(dir: &Path) -> anyhow::Result<Vec<SizeResult>> {
     let mut results = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "json") {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if is_scale_result(name) {
             let text = std::fs::read_to_string(&path)?;
             results.push(
                 serde_json::from_str::<SizeResult>(&text)
@@ -215,9 +219,27 @@ pub fn load(dir: &Path) -> anyhow::Result<Vec<SizeResult>> {
     Ok(results)
 }
 
+/// Whether a data file is this benchmark's (`n<N>.json`): other benchmarks write beside
+/// it on the same date (`capi-peer-n1000.json`), in their own shapes.
+fn is_scale_result(name: &str) -> bool {
+    name.strip_prefix('n')
+        .and_then(|rest| rest.strip_suffix(".json"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_n_digits_json_files_are_scale_results() {
+        assert!(is_scale_result("n1000.json"));
+        assert!(is_scale_result("n100000.json"));
+        assert!(!is_scale_result("capi-peer-n1000.json"));
+        assert!(!is_scale_result("n.json"));
+        assert!(!is_scale_result("n1000-old.json"));
+        assert!(!is_scale_result("notes.md"));
+    }
 
     fn pair(ready: f64, baseline: f64) -> Pair {
         Pair {
