@@ -116,28 +116,28 @@ fn write_targets(md: &mut String, results: &[SizeResult]) {
         (baseline::operator_minimum("create") + baseline::operator_minimum("delete")) as f64;
     let events = r.events_per_vm("create") + r.events_per_vm("delete");
     let writes = r.writes_per_vm("create") + r.writes_per_vm("delete") - events;
-    let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
     let projected = projected_rss(results);
     let rss_ok = r.proc_end.peak_rss_mib <= 100.0 && projected.is_none_or(|p| p <= 100.0);
     let _ = writeln!(md, "| target | measured (N = {}) | |", r.n);
     let _ = writeln!(md, "|---|---|---|");
-    let _ = writeln!(
+    let medians = |each: String| format!(", medians{each}");
+    ratio_row(
         md,
-        "| all Ready ≤ 1.15× the baseline | {} ({:.1} s vs {:.1} s, medians{}) | {} |",
-        times(r.ready_ratio()),
+        "all Ready",
+        1.15,
+        r.ready_ratio(),
         r.ready_seconds(),
         r.baseline_ready(),
-        r.each_pair(Pair::ready_ratio),
-        verdict(r.ready_ratio() <= 1.15)
+        &medians(r.each_pair(Pair::ready_ratio)),
     );
-    let _ = writeln!(
+    ratio_row(
         md,
-        "| all gone ≤ 1.2× the baseline | {} ({:.1} s vs {:.1} s, medians{}) | {} |",
-        times(r.gone_ratio()),
+        "all gone",
+        1.2,
+        r.gone_ratio(),
         r.gone_seconds(),
         r.baseline_gone(),
-        r.each_pair(Pair::gone_ratio),
-        verdict(r.gone_ratio() <= 1.2)
+        &medians(r.each_pair(Pair::gone_ratio)),
     );
     let _ = writeln!(
         md,
@@ -237,7 +237,6 @@ fn write_cost_per_vm(md: &mut String, results: &[SizeResult]) {
     let Some(r) = results.iter().find(|r| r.n == 100_000) else {
         return;
     };
-    let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
     let _ = writeln!(
         md,
         "Targets at N = 100,000 (one pair):
@@ -245,27 +244,52 @@ fn write_cost_per_vm(md: &mut String, results: &[SizeResult]) {
     );
     let _ = writeln!(md, "| target | measured | |");
     let _ = writeln!(md, "|---|---|---|");
-    let _ = writeln!(
+    ratio_row(
         md,
-        "| all Ready ≤ 1.3× the baseline | {} ({:.1} s vs {:.1} s) | {} |",
-        times(r.ready_ratio()),
+        "all Ready",
+        1.3,
+        r.ready_ratio(),
         r.ready_seconds(),
         r.baseline_ready(),
-        verdict(r.ready_ratio() <= 1.3)
+        "",
     );
-    let _ = writeln!(
+    ratio_row(
         md,
-        "| all gone ≤ 1.3× the baseline | {} ({:.1} s vs {:.1} s) | {} |",
-        times(r.gone_ratio()),
+        "all gone",
+        1.3,
+        r.gone_ratio(),
         r.gone_seconds(),
         r.baseline_gone(),
-        verdict(r.gone_ratio() <= 1.3)
+        "",
     );
     let _ = writeln!(
         md,
         "| operator peak RSS ≤ 1 GiB | {:.1} MiB | {} |\n",
         r.proc_end.peak_rss_mib,
         verdict(r.proc_end.peak_rss_mib <= 1024.0)
+    );
+}
+
+/// A target table's verdict.
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "**not met**" }
+}
+
+/// A target table's row for a time ratio: `what` within `limit`× the baseline.
+fn ratio_row(
+    md: &mut String,
+    what: &str,
+    limit: f64,
+    ratio: f64,
+    seconds: f64,
+    baseline: f64,
+    note: &str,
+) {
+    let _ = writeln!(
+        md,
+        "| {what} ≤ {limit}× the baseline | {} ({seconds:.1} s vs {baseline:.1} s{note}) | {} |",
+        times(ratio),
+        verdict(ratio <= limit)
     );
 }
 
