@@ -105,6 +105,12 @@ struct Args {
     #[arg(long)]
     report_only: bool,
 
+    /// An earlier report date whose sizes join this report's cost-per-VM table, marked
+    /// with their date (repeatable; only sizes this date has no result for). At
+    /// N = 100,000 a run takes a session, so the other sizes come from other days.
+    #[arg(long = "cost-with")]
+    cost_with: Vec<String>,
+
     /// Audit level: `Metadata`, or `Request` to see each write's body when studying
     /// where writes come from (the counts are the same).
     #[arg(long, default_value = "Metadata")]
@@ -167,12 +173,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let results = result::load(&data)?;
+    let mut earlier: Vec<(String, SizeResult)> = Vec::new();
+    for other in &args.cost_with {
+        for r in result::load(&args.out.join("data").join(other))? {
+            let known = results.iter().chain(earlier.iter().map(|(_, e)| e));
+            if !known.map(|k| k.n).any(|n| n == r.n) {
+                earlier.push((other.clone(), r));
+            }
+        }
+    }
     let notes = std::fs::read_to_string(data.join("notes.md")).ok();
     let header = report::Header {
         date: &date,
         machine: &machine(),
         control_plane: &control_plane_version(),
         notes,
+        earlier: &earlier,
     };
     report::write(&args.out, &header, &results)?;
     eprintln!(

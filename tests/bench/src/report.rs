@@ -20,6 +20,8 @@ pub struct Header<'a> {
     pub control_plane: &'a str,
     /// Hand-written analysis appended to the report, if any.
     pub notes: Option<String>,
+    /// Sizes from earlier dates (with their date) that join the cost-per-VM table.
+    pub earlier: &'a [(String, SizeResult)],
 }
 
 fn times(ratio: f64) -> String {
@@ -79,7 +81,7 @@ pub fn write(out: &Path, header: &Header<'_>, results: &[SizeResult]) -> anyhow:
          median of those). Writes, idle writes, RSS and CPU are the first pair's.\n"
     );
     write_targets(&mut md, results);
-    write_cost_per_vm(&mut md, results);
+    write_cost_per_vm(&mut md, results, header.earlier);
     write_setup(&mut md, results);
     write_minimum(&mut md);
     for r in results {
@@ -197,8 +199,18 @@ fn write_rss_per_vm(md: &mut String, results: &[SizeResult]) {
 /// What one VM costs at each size (times per 1,000 VMs, the operator's CPU and RSS per
 /// VM), side by side so that a cost growing faster than N shows; then the N = 100,000
 /// targets when that size was run.
-fn write_cost_per_vm(md: &mut String, results: &[SizeResult]) {
-    if results.len() < 2 {
+fn write_cost_per_vm(md: &mut String, results: &[SizeResult], earlier: &[(String, SizeResult)]) {
+    let mut rows: Vec<(String, &SizeResult)> = results
+        .iter()
+        .map(|r| (r.n.to_string(), r))
+        .chain(
+            earlier
+                .iter()
+                .map(|(date, r)| (format!("{} ({date})", r.n), r)),
+        )
+        .collect();
+    rows.sort_by_key(|(_, r)| r.n);
+    if rows.len() < 2 {
         return;
     }
     let _ = writeln!(
@@ -209,7 +221,8 @@ fn write_cost_per_vm(md: &mut String, results: &[SizeResult]) {
     let _ = writeln!(
         md,
         "Linear cost shows as equal figures down a column. Times are medians over the \
-         pairs, per 1,000 VMs; CPU and RSS are the operator's (first pair).
+         pairs, per 1,000 VMs; CPU and RSS are the operator's (first pair). A size marked \
+         with a date was measured that day (its report and `notes.md` say which build).
 "
     );
     let _ = writeln!(
@@ -217,12 +230,12 @@ fn write_cost_per_vm(md: &mut String, results: &[SizeResult]) {
         "| N | all Ready per 1k VMs | baseline | all gone per 1k VMs | baseline | Ready / baseline | gone / baseline | operator CPU per VM | peak RSS per VM |"
     );
     let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in results {
+    for (label, r) in rows {
         let per_k = |seconds: f64| seconds * 1000.0 / r.n as f64;
         let _ = writeln!(
             md,
             "| {} | {:.2} s | {:.2} s | {:.2} s | {:.2} s | {} | {} | {:.2} ms | {:.1} KiB |",
-            r.n,
+            label,
             per_k(r.ready_seconds()),
             per_k(r.baseline_ready()),
             per_k(r.gone_seconds()),
@@ -604,4 +617,39 @@ fn remaining(done: &Curve, n: usize) -> Vec<(f64, f64)> {
         .iter()
         .map(|&(t, v)| (t, n as f64 - v))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn size(n: usize) -> SizeResult {
+        SizeResult {
+            n,
+            pairs: vec![Pair {
+                ready_seconds: n as f64 / 50.0,
+                baseline_ready_seconds: n as f64 / 60.0,
+                ..Pair::default()
+            }],
+            ..SizeResult::default()
+        }
+    }
+
+    #[test]
+    fn earlier_sizes_join_the_cost_table_in_order_with_their_date() {
+        let mut md = String::new();
+        let earlier = [("2026-12-04".to_owned(), size(1_000))];
+        write_cost_per_vm(&mut md, &[size(100_000)], &earlier);
+        let rows: Vec<&str> = md
+            .lines()
+            .filter(|l| l.starts_with("| 1"))
+            .map(|l| l.split(" | ").next().unwrap_or_default())
+            .collect();
+        assert_eq!(rows, ["| 1000 (2026-12-04)", "| 100000"]);
+        assert!(md.contains("Targets at N = 100,000"), "{md}");
+
+        let mut alone = String::new();
+        write_cost_per_vm(&mut alone, &[size(100_000)], &[]);
+        assert!(alone.is_empty(), "one size has nothing to compare: {alone}");
+    }
 }
