@@ -61,10 +61,13 @@ impl Echoes {
                 .entries
                 .retain(|_, e| now.saturating_duration_since(e.at) < KEEP_FOR);
         }
-        let entry = inner.entries.entry(uid.to_owned()).or_insert_with(|| Entry {
-            versions: Vec::new(),
-            at: now,
-        });
+        let entry = inner
+            .entries
+            .entry(uid.to_owned())
+            .or_insert_with(|| Entry {
+                versions: Vec::new(),
+                at: now,
+            });
         entry.versions.push(resource_version.to_owned());
         entry.at = now;
     }
@@ -122,7 +125,10 @@ mod tests {
         assert!(!echoes.is_echo_at("u", Some("1"), t0), "nothing written");
         echoes.expect_at("u", "5", t0);
         echoes.expect_at("u", "7", t0);
-        assert!(!echoes.is_echo_at("u", Some("4"), t0), "a change before ours");
+        assert!(
+            !echoes.is_echo_at("u", Some("4"), t0),
+            "a change before ours"
+        );
         assert!(!echoes.is_echo_at("v", Some("5"), t0), "another object");
         assert!(echoes.is_echo_at("u", Some("5"), t0), "our first write");
         assert!(
@@ -131,8 +137,14 @@ mod tests {
         );
         assert!(echoes.is_echo_at("u", Some("7"), t0), "our second write");
         assert_eq!(echoes.len(), 0, "both came back: nothing kept");
-        assert!(!echoes.is_echo_at("u", Some("7"), t0), "an echo counts once");
-        assert!(!echoes.is_echo_at("u", None, t0), "no version is never ours");
+        assert!(
+            !echoes.is_echo_at("u", Some("7"), t0),
+            "an echo counts once"
+        );
+        assert!(
+            !echoes.is_echo_at("u", None, t0),
+            "no version is never ours"
+        );
     }
 
     #[test]
@@ -155,6 +167,7 @@ mod tests {
         assert!(!echoes.is_echo_at("u", Some("5"), t0 + KEEP_FOR));
         assert_eq!(echoes.len(), 0);
 
+        let echoes = Echoes::default();
         for i in 0..SWEEP_EVERY - 1 {
             echoes.expect_at(&format!("u{i}"), "1", t0);
         }

@@ -72,18 +72,15 @@ impl<K: Send + 'static> Subscription<K> {
         self,
         skip: impl Fn(&K) -> bool + Send + 'static,
     ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
-        futures::stream::unfold(
-            (self.receiver, skip),
-            |(mut receiver, skip)| async move {
-                loop {
-                    let seen = receiver.recv().await?;
-                    if seen.live && skip(&seen.object) {
-                        continue;
-                    }
-                    return Some((Ok(seen.object), (receiver, skip)));
+        futures::stream::unfold((self.receiver, skip), |(mut receiver, skip)| async move {
+            loop {
+                let seen = receiver.recv().await?;
+                if seen.live && skip(&seen.object) {
+                    continue;
                 }
-            },
-        )
+                return Some((Ok(seen.object), (receiver, skip)));
+            }
+        })
     }
 }
 
@@ -199,7 +196,11 @@ mod tests {
     async fn only_live_events_are_skipped() {
         let (subscriber, subscription) = subscribe::<String>(Hears::Applied);
         for (object, live) in [("echo", true), ("echo", false), ("change", true)] {
-            subscriber.sender.send(sighting(object, live)).await.unwrap();
+            subscriber
+                .sender
+                .send(sighting(object, live))
+                .await
+                .unwrap();
         }
         drop(subscriber);
         let seen: Vec<_> = subscription

@@ -53,9 +53,11 @@ where
     K: Resource + Clone + DeserializeOwned + Debug,
     S: Serialize + Clone + PartialEq,
 {
-    Ok(write_versioned(ctx, api, object, written, manager, known, next)
-        .await?
-        .is_some())
+    Ok(
+        write_versioned(ctx, api, object, written, manager, known, next)
+            .await?
+            .is_some(),
+    )
 }
 
 /// [`write`], returning the resourceVersion the write produced (`None`: nothing
