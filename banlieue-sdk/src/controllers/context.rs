@@ -207,6 +207,9 @@ pub(crate) struct Context {
     pub stores_synced: super::synced::StoresSynced,
     /// VMs whose infra machine we created and the cache has not shown yet.
     pub unseen_machines: super::unseen::UnseenMachines,
+    /// Our writes of infra machines whose watch events have not come back yet (they
+    /// wake no reconcile).
+    pub echoes: super::echoes::Echoes,
     events: super::events::Events,
     writers: Mutex<Option<Writers>>,
     failures: Mutex<HashMap<String, super::failure_backoff::Failures>>,
@@ -258,6 +261,7 @@ impl Context {
             copies: Default::default(),
             stores_synced: Default::default(),
             unseen_machines: Default::default(),
+            echoes: Default::default(),
             writers: Mutex::new(Some(Writers {
                 providers: providers_w,
                 classes: classes_w,

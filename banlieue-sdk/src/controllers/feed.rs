@@ -39,12 +39,19 @@ pub(crate) enum Hears {
 /// The sending end a shared watch keeps for one subscriber.
 pub(crate) struct Subscriber<K> {
     hears: Hears,
-    sender: mpsc::Sender<K>,
+    sender: mpsc::Sender<Sighting<K>>,
+}
+
+/// An object a subscriber hears of.
+struct Sighting<K> {
+    object: K,
+    /// Brought by a live watch event, not by a (re)list.
+    live: bool,
 }
 
 /// A subscription: the receiving end, as a controller trigger stream.
 pub(crate) struct Subscription<K> {
-    receiver: mpsc::Receiver<K>,
+    receiver: mpsc::Receiver<Sighting<K>>,
 }
 
 /// A new subscriber and its subscription.
@@ -56,8 +63,23 @@ pub(crate) fn subscribe<K>(hears: Hears) -> (Subscriber<K>, Subscription<K>) {
 impl<K: Send + 'static> Subscription<K> {
     /// The objects, in the shape kube's `Controller::for_stream` and `owns_stream` take.
     pub fn into_stream(self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
-        futures::stream::unfold(self.receiver, |mut receiver| async move {
-            receiver.recv().await.map(|object| (Ok(object), receiver))
+        self.into_stream_skipping(|_| false)
+    }
+
+    /// The objects less those a live event brought that `skip` drops (a (re)listed
+    /// object is never skipped: it may stand for changes whose events were missed).
+    pub fn into_stream_skipping(
+        self,
+        skip: impl Fn(&K) -> bool + Send + 'static,
+    ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        futures::stream::unfold((self.receiver, skip), |(mut receiver, skip)| async move {
+            loop {
+                let seen = receiver.recv().await?;
+                if seen.live && skip(&seen.object) {
+                    continue;
+                }
+                return Some((Ok(seen.object), (receiver, skip)));
+            }
         })
     }
 }
@@ -83,9 +105,10 @@ pub(crate) async fn run<K: Watched>(
         .modify(super::watch::strip_managed_fields)
         .reflect(writer)
         .for_each(|event| async move {
-            let (object, deleted) = match event {
-                Ok(Event::Apply(object) | Event::InitApply(object)) => (object, false),
-                Ok(Event::Delete(object)) => (object, true),
+            let (object, deleted, live) = match event {
+                Ok(Event::Apply(object)) => (object, false, true),
+                Ok(Event::InitApply(object)) => (object, false, false),
+                Ok(Event::Delete(object)) => (object, true, true),
                 Ok(Event::InitDone) => {
                     if let Some(synced) = synced.lock().ok().and_then(|mut s| s.take()) {
                         let _ = synced.send(());
@@ -107,7 +130,11 @@ pub(crate) async fn run<K: Watched>(
                 if !hears {
                     continue;
                 }
-                if subscriber.sender.send(object.clone()).await.is_err() {
+                let seen = Sighting {
+                    object: object.clone(),
+                    live,
+                };
+                if subscriber.sender.send(seen).await.is_err() {
                     tracing::debug!(kind = %K::kind(&()), name = %object.name_any(), "subscriber gone");
                 }
             }
@@ -148,7 +175,7 @@ mod tests {
     #[tokio::test]
     async fn subscriptions_end_when_the_watch_drops_its_senders() {
         let (subscriber, subscription) = subscribe::<String>(Hears::Touched);
-        subscriber.sender.send("a".into()).await.unwrap();
+        subscriber.sender.send(sighting("a", true)).await.unwrap();
         drop(subscriber);
         let seen: Vec<_> = subscription
             .into_stream()
@@ -156,5 +183,35 @@ mod tests {
             .collect()
             .await;
         assert_eq!(seen, vec!["a".to_owned()]);
+    }
+
+    fn sighting(object: &str, live: bool) -> Sighting<String> {
+        Sighting {
+            object: object.to_owned(),
+            live,
+        }
+    }
+
+    #[tokio::test]
+    async fn only_live_events_are_skipped() {
+        let (subscriber, subscription) = subscribe::<String>(Hears::Applied);
+        for (object, live) in [("echo", true), ("echo", false), ("change", true)] {
+            subscriber
+                .sender
+                .send(sighting(object, live))
+                .await
+                .unwrap();
+        }
+        drop(subscriber);
+        let seen: Vec<_> = subscription
+            .into_stream_skipping(|o| o == "echo")
+            .map(|r| r.expect("no errors"))
+            .collect()
+            .await;
+        assert_eq!(
+            seen,
+            vec!["echo".to_owned(), "change".to_owned()],
+            "the listed echo passes, the live one does not"
+        );
     }
 }

@@ -32,6 +32,7 @@ mod cluster;
 mod context;
 mod create_slots;
 pub mod disk_copy;
+mod echoes;
 mod events;
 mod expected;
 mod failure_backoff;

@@ -45,7 +45,7 @@ pub(crate) async fn write<K, S>(
     api: &Api<K>,
     object: &K,
     written: &Written<S>,
-    (manager, metric): (&str, &str),
+    manager: (&str, &str),
     known: Option<&S>,
     next: S,
 ) -> Result<bool, kube::Error>
@@ -53,8 +53,31 @@ where
     K: Resource + Clone + DeserializeOwned + Debug,
     S: Serialize + Clone + PartialEq,
 {
+    Ok(
+        write_versioned(ctx, api, object, written, manager, known, next)
+            .await?
+            .is_some(),
+    )
+}
+
+/// [`write`], returning the resourceVersion the write produced (`None`: nothing
+/// written), for a controller that knows its own write's watch event by it
+/// ([`super::echoes`]).
+pub(crate) async fn write_versioned<K, S>(
+    ctx: &Context,
+    api: &Api<K>,
+    object: &K,
+    written: &Written<S>,
+    (manager, metric): (&str, &str),
+    known: Option<&S>,
+    next: S,
+) -> Result<Option<String>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    S: Serialize + Clone + PartialEq,
+{
     if known == Some(&next) {
-        return Ok(false);
+        return Ok(None);
     }
     let patch = status_patch(known, &next);
     let params = PatchParams {
@@ -65,12 +88,13 @@ where
         .patch_status(&object.name_any(), &params, &Patch::Merge(&patch))
         .await?;
     ctx.metrics.wrote(metric);
+    let version = wrote.resource_version();
     written.remember(
         object.meta().uid.as_deref().unwrap_or_default(),
-        wrote.resource_version(),
+        version.clone(),
         next,
     );
-    Ok(true)
+    Ok(Some(version.unwrap_or_default()))
 }
 
 /// Server-side applies `status` (the fields `manager` owns) to `object`, forced,

@@ -99,6 +99,20 @@ impl<S: Clone> Written<S> {
         );
     }
 
+    /// The cache now holds `uid` at `resource_version`: if that is our last write, the
+    /// cache stands for it again (what a reconcile reading it would find, see
+    /// [`Written::latest`], for a controller not woken by its own writes' events).
+    pub fn caught_up(&self, uid: &str, resource_version: &str) {
+        let mut inner = self.inner.lock().expect("written statuses");
+        if inner
+            .entries
+            .get(uid)
+            .is_some_and(|e| e.resource_version.as_deref() == Some(resource_version))
+        {
+            inner.entries.remove(uid);
+        }
+    }
+
     /// Forgets `uid` (its object is going away).
     pub fn forget(&self, uid: &str) {
         self.inner
@@ -163,6 +177,23 @@ mod tests {
         );
         written.forget("u");
         assert_eq!(written.latest_at("u", None, None, later), None);
+    }
+
+    #[test]
+    fn caught_up_drops_only_our_last_write() {
+        let written = Written::default();
+        let t0 = Instant::now();
+        written.remember_at("u", Some("2".into()), "mine".to_owned(), t0);
+        written.caught_up("u", "1");
+        assert_eq!(written.len(), 1, "an older version is not our last write");
+        written.caught_up("u", "2");
+        assert_eq!(written.len(), 0, "the cache holds our last write");
+        let cached = "someone else's".to_owned();
+        assert_eq!(
+            written.latest_at("u", Some("3"), Some(&cached), t0),
+            Some(cached),
+            "a later change of someone else's shows"
+        );
     }
 
     #[test]

@@ -93,7 +93,19 @@ pub(crate) async fn run<K: Machine>(
     store: Store<K>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let controller = Controller::for_stream(feed.into_stream(), store)
+    // Our own writes' events would wake a reconcile of what it just wrote (`echoes`).
+    let echoes = ctx.clone();
+    let changes = feed.into_stream_skipping(move |machine: &K| {
+        let uid = machine.meta().uid.as_deref().unwrap_or_default();
+        let version = machine.meta().resource_version.as_deref();
+        let echo = echoes.echoes.is_echo(uid, version);
+        if echo && let Some(version) = version {
+            // What the skipped reconcile would have found: the cache shows our write.
+            echoes.written.machines.caught_up(uid, version);
+        }
+        echo
+    });
+    let controller = Controller::for_stream(changes, store)
         .trigger_backoff(watch::backoff())
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.machine));
     let machines = controller.store();
@@ -503,6 +515,7 @@ fn deleting_provider<K: Machine>(machine: &K, ctx: &Context) -> Option<Arc<Provi
 fn let_go<K: Machine>(machine: &K, ctx: &Context) {
     let uid = machine.uid().unwrap_or_default();
     ctx.written.machines.forget(&uid);
+    ctx.echoes.forget(&uid);
     capi::forget_placement(ctx, &uid);
     ctx.succeeded(&key_of(machine));
 }
@@ -713,6 +726,9 @@ async fn set_provider_id<K: Machine>(machine: &K, ctx: &Context, id: &str) -> Re
         )
         .await?;
     ctx.metrics.wrote(&name::<K>());
+    if let (Some(uid), Some(version)) = (patched.uid(), patched.resource_version()) {
+        ctx.echoes.expect(&uid, &version);
+    }
     tracing::debug!(machine = %key_of(machine), provider_id = %id, "provisioned");
     patched.meta_mut().managed_fields = None;
     Ok(patched)
@@ -742,7 +758,7 @@ async fn write_status<K: Machine>(
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
     let written = &ctx.written.machines;
     let manager = (FIELD_MANAGER, name::<K>());
-    status_write::write(
+    let version = status_write::write_versioned(
         ctx,
         &api,
         machine,
@@ -752,6 +768,10 @@ async fn write_status<K: Machine>(
         status,
     )
     .await?;
+    if let Some(version) = version {
+        ctx.echoes
+            .expect(&machine.uid().unwrap_or_default(), &version);
+    }
     Ok(())
 }
 
