@@ -16,13 +16,15 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How long a write's event is waited for. An event that comes later than this (a
+#[cfg(test)]
+use super::written::SWEEP_EVERY;
+use super::written::sweep_when_due;
+
+/// How long a write's event is waited for (expired entries are swept every
+/// [`super::written::SWEEP_EVERY`] writes: an event that came before its write was
+/// recorded, or never came, would otherwise keep its entry). An event that comes later than this (a
 /// watch lagging this much) wakes the reconcile as any event would.
 const KEEP_FOR: Duration = Duration::from_secs(60);
-
-/// Sweep expired entries every this many writes (an event that came before its write
-/// was recorded, or never came, would otherwise keep its entry).
-const SWEEP_EVERY: usize = 1024;
 
 /// The resourceVersions of our recent writes whose events have not come back yet, by
 /// object uid.
@@ -54,13 +56,13 @@ impl Echoes {
             return;
         }
         let mut inner = self.inner.lock().expect("echoes");
-        inner.since_sweep += 1;
-        if inner.since_sweep >= SWEEP_EVERY {
-            inner.since_sweep = 0;
-            inner
-                .entries
-                .retain(|_, e| now.saturating_duration_since(e.at) < KEEP_FOR);
-        }
+        let Inner {
+            entries,
+            since_sweep,
+        } = &mut *inner;
+        sweep_when_due(entries, since_sweep, |e| {
+            now.saturating_duration_since(e.at) < KEEP_FOR
+        });
         let entry = inner
             .entries
             .entry(uid.to_owned())

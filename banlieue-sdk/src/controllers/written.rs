@@ -19,7 +19,22 @@ const FRESH_FOR: Duration = Duration::from_secs(15);
 
 /// Sweep stale entries every this many writes (entries of objects never reconciled
 /// again would otherwise stay until they are deleted).
-const SWEEP_EVERY: usize = 1024;
+pub(super) const SWEEP_EVERY: usize = 1024;
+
+/// Counts one insert into `entries`; every [`SWEEP_EVERY`] inserts, keeps only the
+/// entries that are still `fresh` (entries of objects never looked at again would
+/// otherwise stay until their objects are deleted).
+pub(super) fn sweep_when_due<V>(
+    entries: &mut HashMap<String, V>,
+    since_sweep: &mut usize,
+    fresh: impl Fn(&V) -> bool,
+) {
+    *since_sweep += 1;
+    if *since_sweep >= SWEEP_EVERY {
+        *since_sweep = 0;
+        entries.retain(|_, e| fresh(e));
+    }
+}
 
 /// The last status written for each object, by uid.
 pub(crate) struct Written<S> {
@@ -82,13 +97,13 @@ impl<S: Clone> Written<S> {
 
     fn remember_at(&self, uid: &str, resource_version: Option<String>, status: S, now: Instant) {
         let mut inner = self.inner.lock().expect("written statuses");
-        inner.since_sweep += 1;
-        if inner.since_sweep >= SWEEP_EVERY {
-            inner.since_sweep = 0;
-            inner
-                .entries
-                .retain(|_, e| now.saturating_duration_since(e.at) < FRESH_FOR);
-        }
+        let Inner {
+            entries,
+            since_sweep,
+        } = &mut *inner;
+        sweep_when_due(entries, since_sweep, |e| {
+            now.saturating_duration_since(e.at) < FRESH_FOR
+        });
         inner.entries.insert(
             uid.to_owned(),
             Entry {

@@ -102,6 +102,7 @@ pub(crate) async fn run<K: Machine>(
         if echo && let Some(version) = version {
             // What the skipped reconcile would have found: the cache shows our write.
             echoes.written.machines.caught_up(uid, version);
+            tracing::trace!(kind = %K::kind(&()), uid, version, "our own write's event: no reconcile");
         }
         echo
     });
