@@ -17,15 +17,47 @@ use crate::contract::InfraMachineKind;
 /// VM UIDs whose infra machine (of the kind given; it is named after the VM) was created
 /// by this process and not yet seen cached.
 #[derive(Debug, Default)]
-pub(crate) struct UnseenMachines(Mutex<HashMap<String, InfraMachineKind>>);
+pub(crate) struct UnseenMachines(Mutex<HashMap<String, Create>>);
+
+/// One create of ours the cache has not shown yet.
+#[derive(Debug, Clone, Copy)]
+struct Create {
+    kind: InfraMachineKind,
+    /// Its `Scheduled` Event was recorded.
+    announced: bool,
+}
 
 impl UnseenMachines {
-    /// We are creating the VM `uid`'s infra machine of `kind`.
+    /// We are creating the VM `uid`'s infra machine of `kind`. Asking again for the
+    /// same kind (a retry, or a reconcile that ran before the cache showed it) keeps
+    /// what is known about the first ask.
     pub fn created(&self, uid: &str, kind: InfraMachineKind) {
-        self.0
-            .lock()
-            .expect("unseen machines")
-            .insert(uid.to_owned(), kind);
+        let mut map = self.0.lock().expect("unseen machines");
+        match map.get(uid) {
+            Some(c) if c.kind == kind => {}
+            _ => {
+                map.insert(
+                    uid.to_owned(),
+                    Create {
+                        kind,
+                        announced: false,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Whether the create of the VM `uid`'s machine of `kind` is to be announced now:
+    /// true once per create, so a VM reconciled again before the cache shows its new
+    /// machine (its own status write's event can come first: the two are different
+    /// watches) does not record a second `Scheduled` Event. A create not remembered
+    /// (forgotten meanwhile) is announced.
+    pub fn announce(&self, uid: &str, kind: InfraMachineKind) -> bool {
+        let mut map = self.0.lock().expect("unseen machines");
+        match map.get_mut(uid) {
+            Some(c) if c.kind == kind => !std::mem::replace(&mut c.announced, true),
+            _ => true,
+        }
     }
 
     /// The cache shows the VM `uid`'s machines of `kinds`: a create of one of them is
@@ -33,7 +65,7 @@ impl UnseenMachines {
     /// target's own kind counts.)
     pub fn seen(&self, uid: &str, kinds: impl IntoIterator<Item = InfraMachineKind>) {
         let mut map = self.0.lock().expect("unseen machines");
-        if let Some(&kind) = map.get(uid)
+        if let Some(&Create { kind, .. }) = map.get(uid)
             && kinds.into_iter().any(|k| k == kind)
         {
             map.remove(uid);
@@ -102,5 +134,32 @@ mod tests {
         unseen.created("c", InfraMachineKind::Proxmox);
         unseen.forget("c");
         assert!(!unseen.may_hide("c", true));
+    }
+
+    #[test]
+    fn a_create_is_announced_once_however_often_it_is_asked_before_the_cache_shows_it() {
+        let unseen = UnseenMachines::default();
+        unseen.created("a", InfraMachineKind::Libvirt);
+        assert!(unseen.announce("a", InfraMachineKind::Libvirt));
+        unseen.created("a", InfraMachineKind::Libvirt);
+        assert!(
+            !unseen.announce("a", InfraMachineKind::Libvirt),
+            "the same create, asked again before its watch event"
+        );
+        unseen.created("a", InfraMachineKind::Proxmox);
+        assert!(
+            unseen.announce("a", InfraMachineKind::Proxmox),
+            "a machine of another kind is another create"
+        );
+        unseen.seen("a", [InfraMachineKind::Proxmox]);
+        unseen.created("a", InfraMachineKind::Proxmox);
+        assert!(
+            unseen.announce("a", InfraMachineKind::Proxmox),
+            "once seen and gone, a new create is new"
+        );
+        assert!(
+            unseen.announce("b", InfraMachineKind::Libvirt),
+            "a create not remembered is not silenced"
+        );
     }
 }

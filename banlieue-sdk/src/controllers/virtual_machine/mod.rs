@@ -315,7 +315,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             return Ok(Action::requeue(ctx.settings.sync_period));
         }
         ctx.metrics.wrote(NAME);
-        if first {
+        if first && ctx.unseen_machines.announce(&uid, built.kind()) {
             let fd = target
                 .failure_domain
                 .as_deref()
