@@ -187,6 +187,7 @@ impl CapiCache {
                 machines,
                 to_machines,
                 machines_listed,
+                |_| {},
             )),
             Box::pin(feed::run(
                 watch::namespaced::<Cluster>(client, settings),
@@ -194,6 +195,7 @@ impl CapiCache {
                 clusters,
                 to_clusters,
                 clusters_listed,
+                |_| {},
             )),
         ];
         (tasks, vec![machines_synced, clusters_synced])

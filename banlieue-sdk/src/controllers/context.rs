@@ -103,19 +103,15 @@ where
     )
 }
 
-/// The cached machines of `store` other than `uid` that claim provider ID `id` and are
-/// not being deleted, ranked.
-pub(crate) fn claiming<K>(store: &Store<K>, id: &str, uid: &str) -> Vec<ClaimRank>
+/// Whether `machine`, cached, claims provider ID `id` against the machine `uid`: it is
+/// another machine, has that ID, and is not being deleted.
+pub(crate) fn claims<K>(machine: &K, id: &str, uid: &str) -> bool
 where
-    K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead + Clone + 'static,
+    K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead,
 {
-    store
-        .state()
-        .into_iter()
-        .filter(|m| m.provider_id() == Some(id) && m.uid().as_deref() != Some(uid))
-        .filter(|m| m.meta().deletion_timestamp.is_none())
-        .map(|m| claim_rank(m.as_ref()))
-        .collect()
+    machine.provider_id() == Some(id)
+        && machine.uid().as_deref() != Some(uid)
+        && machine.meta().deletion_timestamp.is_none()
 }
 
 impl Stores {

@@ -87,7 +87,8 @@ impl<K: Send + 'static> Subscription<K> {
 /// Watches `api`, keeps `writer`'s store without `managedFields`, and passes every
 /// object on to `subscribers` once the store has it. `synced` is told when the first
 /// list is in the store. Runs until the watch ends (never, on its own: errors back off
-/// and retry). A subscriber that went away is skipped.
+/// and retry). A subscriber that went away is skipped. `observe` sees each event once
+/// the store has it, before any subscriber (an index kept beside the cache).
 ///
 /// `synced` exists because the store's own `wait_until_ready` wakes only one waiter
 /// (kube-runtime keeps one waker), and the kind's controller already waits on it.
@@ -97,14 +98,19 @@ pub(crate) async fn run<K: Watched>(
     writer: Writer<K>,
     subscribers: Vec<Subscriber<K>>,
     synced: oneshot::Sender<()>,
+    observe: impl Fn(&Event<K>) + Sync,
 ) {
     let subscribers = &subscribers;
+    let observe = &observe;
     let synced = &std::sync::Mutex::new(Some(synced));
     watcher(api, config)
         .backoff(super::watch::backoff())
         .modify(super::watch::strip_managed_fields)
         .reflect(writer)
         .for_each(|event| async move {
+            if let Ok(event) = &event {
+                observe(event);
+            }
             let (object, deleted, live) = match event {
                 Ok(Event::Apply(object)) => (object, false, true),
                 Ok(Event::InitApply(object)) => (object, false, false),

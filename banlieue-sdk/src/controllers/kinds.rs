@@ -14,7 +14,10 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use tokio::sync::oneshot;
 
 use super::Settings;
-use super::context::{ClaimRank, Context, MachineSummary, claiming, on_provider, summaries};
+use super::claims::ProviderIds;
+use super::context::{
+    ClaimRank, Context, MachineSummary, claim_rank, claims, on_provider, summaries,
+};
 use super::feed::{self, MachineFeeds, Subscriber, Subscription, machine_feeds};
 use super::infra::{Existing, existing};
 use super::watch;
@@ -75,6 +78,8 @@ pub(crate) trait Slot: Send + Sync {
 /// and the two subscriptions (its own controller's, the VM controller's).
 struct Typed<K: MachineKind> {
     store: Store<K>,
+    /// Kept by the watch beside `store`.
+    provider_ids: Arc<ProviderIds>,
     watch: Mutex<Option<Watch<K>>>,
     controller: Mutex<Option<Subscription<K>>>,
     owner: Mutex<Option<Subscription<K>>>,
@@ -96,6 +101,7 @@ fn new_slot<K: MachineKind>() -> Arc<dyn Slot> {
     ) = machine_feeds();
     Arc::new(Typed::<K> {
         store,
+        provider_ids: Default::default(),
         watch: Mutex::new(Some((writer, subscribers))),
         controller: Mutex::new(Some(controller)),
         owner: Mutex::new(Some(owner)),
@@ -124,7 +130,13 @@ impl<K: MachineKind> Slot for Typed<K> {
     }
 
     fn claiming(&self, id: &str, uid: &str) -> Vec<ClaimRank> {
-        claiming(&self.store, id, uid)
+        self.provider_ids
+            .claimants(id)
+            .into_iter()
+            .filter_map(|(namespace, name)| self.get(&namespace, &name))
+            .filter(|m| claims(m.as_ref(), id, uid))
+            .map(|m| claim_rank(m.as_ref()))
+            .collect()
     }
 
     fn on_provider(&self, namespace: &str, provider: &str) -> Vec<String> {
@@ -142,12 +154,14 @@ impl<K: MachineKind> Slot for Typed<K> {
     ) -> Option<(BoxFuture<'static, ()>, oneshot::Receiver<()>)> {
         let (writer, subscribers) = self.watch.lock().expect("kind watch").take()?;
         let (synced, listed) = oneshot::channel();
+        let provider_ids = self.provider_ids.clone();
         let watch = feed::run(
             watch::namespaced::<K>(client, settings),
             watch::filtered(settings),
             writer,
             subscribers,
             synced,
+            move |event| provider_ids.observe(event),
         );
         Some((Box::pin(watch), listed))
     }

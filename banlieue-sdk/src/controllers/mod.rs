@@ -28,6 +28,7 @@ mod backends;
 mod bootstrap;
 mod capi;
 mod capi_cache;
+mod claims;
 mod cluster;
 mod context;
 mod create_slots;
