@@ -5,6 +5,9 @@
 //! that wakes the machine again. That reconcile reads what it has just written: it asks
 //! the backend again, reads the bootstrap Secret again, and writes nothing. The CAPI
 //! benchmark counted 4.75 Secret reads per Machine, most of them from these wake-ups.
+//! A VirtualMachine's status writes came back the same way (the scale benchmark
+//! counted 8.8 VirtualMachine reconciles per VM at N = 100,000). Object uids do not
+//! collide across kinds, so one set serves both controllers.
 //!
 //! A write's event is recognised by the resourceVersion the write returned: an event
 //! with that version holds nothing but what the reconcile that wrote it already acted

@@ -3,6 +3,7 @@
 use kube::api::Api;
 use std::time::Duration;
 
+use futures::StreamExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector;
 use kube::runtime::utils::{Backoff, ResetTimerBackoff};
@@ -89,15 +90,63 @@ impl<K> Watched for K where
 /// its watch, so this builds the reflector itself (ADR 0011). Watch errors back off
 /// with [`backoff`].
 pub(crate) fn controller<K: Watched>(api: Api<K>, config: watcher::Config) -> Controller<K> {
+    controller_skipping(api, config, |_| false)
+}
+
+/// [`controller`], not woken by the live events `skip` drops (the echoes of our own
+/// writes, see [`super::echoes`]); a (re)listed object always wakes it. The cache has
+/// every event either way: `skip` sees an object after the store took it.
+pub(crate) fn controller_skipping<K: Watched>(
+    api: Api<K>,
+    config: watcher::Config,
+    skip: impl Fn(&K) -> bool + Send + 'static,
+) -> Controller<K> {
     let (reader, writer) = reflector::store();
     let objects = watcher(api, config)
         .modify(strip_managed_fields)
         .reflect(writer)
-        .applied_objects();
+        .filter_map(move |event| std::future::ready(trigger(event, &skip)));
     Controller::for_stream(objects, reader).trigger_backoff(backoff())
+}
+
+/// What one watch event wakes: the object, for an add, change or listing that `skip`
+/// lets through (as kube's `applied_objects`, less the skipped); errors pass on.
+fn trigger<K, E>(
+    event: Result<watcher::Event<K>, E>,
+    skip: impl Fn(&K) -> bool,
+) -> Option<Result<K, E>> {
+    match event {
+        Ok(watcher::Event::Apply(object)) if skip(&object) => None,
+        Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => Some(Ok(object)),
+        Ok(_) => None,
+        Err(error) => Some(Err(error)),
+    }
 }
 
 /// Drops what no cache reader needs (see [`controller`]).
 pub(crate) fn strip_managed_fields<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trigger;
+    use kube::runtime::watcher::Event;
+
+    #[test]
+    fn only_live_changes_are_skipped_and_errors_pass() {
+        let skip = |o: &&str| *o == "echo";
+        let woken = |event: Result<Event<&'static str>, &'static str>| trigger(event, skip);
+        assert_eq!(woken(Ok(Event::Apply("echo"))), None, "our write's event");
+        assert_eq!(woken(Ok(Event::Apply("change"))), Some(Ok("change")));
+        assert_eq!(
+            woken(Ok(Event::InitApply("echo"))),
+            Some(Ok("echo")),
+            "a listed object always wakes"
+        );
+        assert_eq!(woken(Ok(Event::Delete("gone"))), None, "as applied_objects");
+        assert_eq!(woken(Ok(Event::Init)), None);
+        assert_eq!(woken(Ok(Event::InitDone)), None);
+        assert_eq!(woken(Err("watch error")), Some(Err("watch error")));
+    }
 }

@@ -50,9 +50,26 @@ pub(crate) enum Error {
 pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let client = &ctx.client;
     let settings = &ctx.settings;
-    let controller = watch::controller(
+    // Our own status writes' events would wake a reconcile of what it just wrote
+    // (`echoes`; every wait here is timed or on another object's change).
+    let echoes = ctx.clone();
+    let controller = watch::controller_skipping(
         watch::namespaced::<VirtualMachine>(client, settings),
         watch::filtered(settings),
+        move |vm: &VirtualMachine| {
+            let uid = vm.meta().uid.as_deref().unwrap_or_default();
+            let version = vm.meta().resource_version.as_deref();
+            let echo = echoes.echoes.is_echo(uid, version);
+            if echo && let Some(version) = version {
+                echoes.written.virtual_machines.caught_up(uid, version);
+                tracing::trace!(
+                    uid,
+                    version,
+                    "a VirtualMachine status write's own event: no reconcile"
+                );
+            }
+            echo
+        },
     )
     .with_config(ControllerConfig::default().concurrency(settings.concurrency.virtual_machine));
     let _ = ctx.vms.set(controller.store());
@@ -605,6 +622,7 @@ fn let_go(vm: &VirtualMachine, ctx: &Context) {
     let uid = vm.uid().unwrap_or_default();
     ctx.unseen_machines.forget(&uid);
     ctx.written.virtual_machines.forget(&uid);
+    ctx.echoes.forget(&uid);
     ctx.succeeded(&key_of(vm));
 }
 
@@ -701,9 +719,13 @@ async fn write_status(
         Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
     let written = &ctx.written.virtual_machines;
     let manager = (infra::FIELD_MANAGER, NAME);
-    if !status_write::write(ctx, &api, vm, written, manager, previous.as_ref(), status).await? {
+    let version =
+        status_write::write_versioned(ctx, &api, vm, written, manager, previous.as_ref(), status)
+            .await?;
+    let Some(version) = version else {
         return Ok(ready);
-    }
+    };
+    ctx.echoes.expect(&vm.uid().unwrap_or_default(), &version);
     if let Scheduling::Unschedulable { reason, message } = outcome.scheduling {
         let already = previous
             .as_ref()
