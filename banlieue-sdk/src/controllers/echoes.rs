@@ -19,9 +19,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
 #[cfg(test)]
 use super::written::SWEEP_EVERY;
-use super::written::sweep_when_due;
+use super::written::{Written, sweep_when_due};
 
 /// How long a write's event is waited for (expired entries are swept every
 /// [`super::written::SWEEP_EVERY`] writes: an event that came before its write was
@@ -111,6 +113,25 @@ impl Echoes {
         self.inner.lock().expect("echoes").entries.remove(uid);
     }
 
+    /// Whether a live event of the object `meta` names is our own write coming back, so
+    /// that no reconcile is woken for it. If so, `written` learns that the cache now
+    /// shows that write: the skipped reconcile would have told it the same.
+    pub fn skip_own_write<S: Clone>(
+        &self,
+        written: &Written<S>,
+        kind: &str,
+        meta: &ObjectMeta,
+    ) -> bool {
+        let uid = meta.uid.as_deref().unwrap_or_default();
+        let version = meta.resource_version.as_deref();
+        let echo = self.is_echo(uid, version);
+        if echo && let Some(version) = version {
+            written.caught_up(uid, version);
+            tracing::trace!(kind, uid, version, "our own write's event: no reconcile");
+        }
+        echo
+    }
+
     #[cfg(test)]
     fn len(&self) -> usize {
         self.inner.lock().unwrap().entries.len()
@@ -184,6 +205,37 @@ mod tests {
         echoes.expect_at("", "1", t0);
         echoes.expect_at("u", "", t0);
         assert_eq!(echoes.len(), 0, "no uid or no version: nothing to expect");
+    }
+
+    #[test]
+    fn an_echo_is_skipped_and_tells_written_the_cache_caught_up() {
+        let echoes = Echoes::default();
+        let written = Written::<u8>::default();
+        let meta = |version: &str| ObjectMeta {
+            uid: Some("u".into()),
+            resource_version: Some(version.into()),
+            ..ObjectMeta::default()
+        };
+        written.remember("u", Some("5".into()), 1);
+        echoes.expect("u", "5");
+        assert!(
+            !echoes.skip_own_write(&written, "Kind", &meta("4")),
+            "not ours"
+        );
+        assert_eq!(
+            written.latest("u", Some("4"), Some(&0)),
+            Some(1),
+            "ours is newer"
+        );
+        assert!(
+            echoes.skip_own_write(&written, "Kind", &meta("5")),
+            "our write"
+        );
+        assert_eq!(
+            written.latest("u", Some("6"), Some(&2)),
+            Some(2),
+            "caught up: the cache stands for our write again"
+        );
     }
 
     proptest! {

@@ -96,15 +96,10 @@ pub(crate) async fn run<K: Machine>(
     // Our own writes' events would wake a reconcile of what it just wrote (`echoes`).
     let echoes = ctx.clone();
     let changes = feed.into_stream_skipping(move |machine: &K| {
-        let uid = machine.meta().uid.as_deref().unwrap_or_default();
-        let version = machine.meta().resource_version.as_deref();
-        let echo = echoes.echoes.is_echo(uid, version);
-        if echo && let Some(version) = version {
-            // What the skipped reconcile would have found: the cache shows our write.
-            echoes.written.machines.caught_up(uid, version);
-            tracing::trace!(kind = %K::kind(&()), uid, version, "our own write's event: no reconcile");
-        }
-        echo
+        let kind = K::kind(&());
+        echoes
+            .echoes
+            .skip_own_write(&echoes.written.machines, &kind, machine.meta())
     });
     let controller = Controller::for_stream(changes, store)
         .trigger_backoff(watch::backoff())

@@ -57,18 +57,10 @@ pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
         watch::namespaced::<VirtualMachine>(client, settings),
         watch::filtered(settings),
         move |vm: &VirtualMachine| {
-            let uid = vm.meta().uid.as_deref().unwrap_or_default();
-            let version = vm.meta().resource_version.as_deref();
-            let echo = echoes.echoes.is_echo(uid, version);
-            if echo && let Some(version) = version {
-                echoes.written.virtual_machines.caught_up(uid, version);
-                tracing::trace!(
-                    uid,
-                    version,
-                    "a VirtualMachine status write's own event: no reconcile"
-                );
-            }
-            echo
+            let written = &echoes.written.virtual_machines;
+            echoes
+                .echoes
+                .skip_own_write(written, "VirtualMachine", vm.meta())
         },
     )
     .with_config(ControllerConfig::default().concurrency(settings.concurrency.virtual_machine));
