@@ -57,6 +57,16 @@ pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
         watch::namespaced::<VirtualMachine>(client, settings),
         watch::filtered(settings),
         move |vm: &VirtualMachine| {
+            if vm.status.as_ref().is_some_and(|s| s.placement.is_some()) {
+                // The cache shows the placement: the ledger need not hold it until the
+                // next reconcile (which an echo skips; at peak it held every VM's).
+                let uid = vm.meta().uid.as_deref().unwrap_or_default();
+                echoes
+                    .placements
+                    .lock()
+                    .expect("placement ledger")
+                    .forget(uid);
+            }
             let written = &echoes.written.virtual_machines;
             echoes
                 .echoes
