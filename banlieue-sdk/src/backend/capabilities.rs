@@ -230,6 +230,14 @@ impl BackendCapabilities {
         }
     }
 
+    /// Whether it delivers bootstrap data in every format: then a machine's format
+    /// cannot make it refuse the machine.
+    pub fn delivers_every_bootstrap_format(&self) -> bool {
+        ALL_BOOTSTRAP_FORMATS
+            .iter()
+            .all(|f| self.bootstrap_formats.contains(f))
+    }
+
     /// What `wants` asks that is not listed, for humans, one phrase each
     /// (`cannot boot efi-secure`, `cannot deliver ignition`, `cannot be Suspended`,
     /// `cannot boot an image from a volume`); empty when it can serve it all.
@@ -298,6 +306,21 @@ mod tests {
             image_sources: ImageSourceKind::ALL.to_vec(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn only_a_backend_with_both_formats_delivers_every_format() {
+        assert!(everything().delivers_every_bootstrap_format());
+        assert!(!BackendCapabilities::conservative().delivers_every_bootstrap_format());
+        let no_ignition = everything()
+            .narrowed(&settings(&[(IGNITION_SETTING, "false")]))
+            .expect("a valid setting");
+        assert!(!no_ignition.delivers_every_bootstrap_format());
+        let none = BackendCapabilities {
+            bootstrap_formats: vec![],
+            ..everything()
+        };
+        assert!(!none.delivers_every_bootstrap_format());
     }
 
     #[test]

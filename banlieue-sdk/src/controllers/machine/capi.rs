@@ -238,7 +238,11 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
         capi::ClusterDomains::default()
     };
     // Once the machine exists only its power state is checked: no format to know.
-    let (format, read) = if machine.provider_id().is_some_and(|id| !id.is_empty()) {
+    // Before, the format changes what is decided here only if a Provider it could go
+    // to cannot deliver every format; otherwise the Secret is read once, by the create,
+    // and not on every wake of a machine waiting for its turn to be created.
+    let exists = machine.provider_id().is_some_and(|id| !id.is_empty());
+    let (format, read) = if exists || !format_matters(ctx, &namespace) {
         (BootstrapFormat::CloudConfig, None)
     } else {
         let secret = read_secret(ctx, &namespace, &bootstrap_secret).await?;
@@ -265,6 +269,16 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
         },
         Err(unplaced) => Ok(waiting(unplaced.reason, unplaced.message)),
     }
+}
+
+/// Whether a bootstrap data format could change where a machine of `namespace` goes or
+/// whether it waits: some Provider there (each a candidate) does not deliver every
+/// format.
+fn format_matters(ctx: &Context, namespace: &str) -> bool {
+    ctx.stores.providers.state().iter().any(|provider| {
+        provider.metadata.namespace.as_deref() == Some(namespace)
+            && !capabilities::published(provider.status.as_ref()).delivers_every_bootstrap_format()
+    })
 }
 
 /// `Waiting` reason of a machine whose Provider cannot do something it asks.
