@@ -241,7 +241,9 @@ pub struct MachineRequest {
     pub spec: MachineSpec,
     /// The failure domain to place it in, when one was chosen.
     pub failure_domain: Option<String>,
-    /// Bootstrap data, when there is any.
+    /// Bootstrap data, when there is any. Not read (so `None`) for a machine with a
+    /// provider ID that is already `Ready`: a backend uses it only to create a machine
+    /// or to configure one before its first boot.
     pub bootstrap: Option<BootstrapData>,
     /// The cloud-init `instance-id` to hand the guest, when it is not the UID: a
     /// machine whose disks were copied from another keeps that one's, so the guest

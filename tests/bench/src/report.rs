@@ -601,9 +601,17 @@ fn write_pairs(md: &mut String, r: &SizeResult) {
 
 /// Peak RSS at N = 10,000 extrapolated linearly from the smallest and largest sizes
 /// measured, when 10,000 itself was not.
+/// Peak RSS at N = 10,000, extrapolated from the two extreme sizes below it; none when
+/// N = 10,000 was measured (nothing to project) or fewer than two sizes lie below it (a
+/// larger size says nothing about the fixed cost).
 fn projected_rss(results: &[SizeResult]) -> Option<f64> {
-    let (first, last) = (results.first()?, results.last()?);
-    if last.n == 10_000 || last.n <= first.n {
+    if results.iter().any(|r| r.n == 10_000) {
+        return None;
+    }
+    let mut below = results.iter().filter(|r| r.n < 10_000);
+    let first = below.next()?;
+    let last = below.next_back()?;
+    if last.n <= first.n {
         return None;
     }
     let per_vm =
@@ -633,6 +641,33 @@ mod tests {
             }],
             ..SizeResult::default()
         }
+    }
+
+    fn with_rss(n: usize, peak_rss_mib: f64) -> SizeResult {
+        let mut result = size(n);
+        result.proc_end.peak_rss_mib = peak_rss_mib;
+        result
+    }
+
+    #[test]
+    fn rss_is_projected_to_ten_thousand_only_from_smaller_sizes() {
+        let projected = projected_rss(&[with_rss(100, 30.0), with_rss(1_000, 39.0)]);
+        assert_eq!(
+            projected.map(f64::round),
+            Some(129.0),
+            "10 KiB per VM from 1,000"
+        );
+        assert_eq!(
+            projected_rss(&[with_rss(10_000, 140.0), with_rss(100_000, 1_100.0)]),
+            None,
+            "10,000 was measured"
+        );
+        assert_eq!(
+            projected_rss(&[with_rss(1_000, 40.0), with_rss(100_000, 1_100.0)]),
+            None,
+            "one size below 10,000 is no slope"
+        );
+        assert_eq!(projected_rss(&[with_rss(100_000, 1_100.0)]), None);
     }
 
     #[test]

@@ -239,8 +239,9 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
     };
     // Once the machine exists only its power state is checked: no format to know.
     // Before, the format changes what is decided here only if a Provider it could go
-    // to cannot deliver every format; otherwise the Secret is read once, by the create,
-    // and not on every wake of a machine waiting for its turn to be created.
+    // to cannot deliver every format; otherwise only the step that calls the backend
+    // reads the Secret, and a machine that stops before it (e.g. waiting for a create
+    // slot) reads nothing.
     let exists = machine.provider_id().is_some_and(|id| !id.is_empty());
     let (format, read) = if exists || !format_matters(ctx, &namespace) {
         (BootstrapFormat::CloudConfig, None)

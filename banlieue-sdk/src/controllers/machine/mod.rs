@@ -292,7 +292,11 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         Ok(creating) => creating,
         Err(stop) => return stopped(machine, ctx, stop).await,
     };
+    let ready = machine.machine_status().is_some_and(|s| {
+        crate::conditions::is_true(&s.conditions, crate::conditions::types::READY)
+    });
     let bootstrap_ref = match (capi_bootstrap, machine.bootstrap()) {
+        _ if !plan::needs_bootstrap_data(machine.provider_id(), ready) => None,
         (Some((secret, read)), _) => Some((secret, BootstrapFormat::CloudConfig, read)),
         (None, Some(reference)) => {
             Some((reference.data_secret_name.clone(), reference.format, None))

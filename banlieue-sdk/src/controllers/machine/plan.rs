@@ -99,6 +99,16 @@ pub(crate) fn provider<'a>(
     Ok(provider)
 }
 
+/// Whether the backend call needs the machine's bootstrap data (a live read of its
+/// Secret). A machine with a provider ID whose `Ready` is `True` was created and
+/// configured: `Backend::ensure` creates nothing for a machine with a provider ID, and
+/// bootstrap data only goes into a create or the configuring step before the first
+/// boot. Reading it anyway cost a Secret `GET` on every reconcile of every machine with
+/// bootstrap data, resyncs included.
+pub(crate) fn needs_bootstrap_data(provider_id: Option<&str>, ready: bool) -> bool {
+    !(provider_id.is_some_and(|id| !id.is_empty()) && ready)
+}
+
 /// What follows the backend's answer to `ensure`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Next {

@@ -157,3 +157,22 @@ fn the_backends_answer_sets_when_to_look_again() {
         );
     }
 }
+
+#[test]
+fn only_a_machine_made_and_ready_goes_to_the_backend_without_its_bootstrap_data() {
+    // (provider ID, Ready, needs the data)
+    let cases = [
+        (None, false, true),
+        (None, true, true),
+        (Some(""), true, true),
+        (Some("sim://1"), false, true),
+        (Some("sim://1"), true, false),
+    ];
+    for (id, ready, needs) in cases {
+        assert_eq!(
+            needs_bootstrap_data(id, ready),
+            needs,
+            "{id:?}, ready {ready}"
+        );
+    }
+}
