@@ -28,6 +28,19 @@ pub trait InfraMachineRead {
     fn machine_status(&self) -> Option<&MachineStatus>;
     /// The spec as the backend receives it.
     fn backend_spec(&self) -> MachineSpec;
+
+    /// Whether `spec.providerID` is set and not empty: a backend VM was made for this
+    /// machine (an empty string, as some tools write, names none).
+    fn has_provider_id(&self) -> bool {
+        self.provider_id().is_some_and(|id| !id.is_empty())
+    }
+
+    /// Whether `status` carries the `Ready` condition with status `True`.
+    fn is_ready(&self) -> bool {
+        self.machine_status().is_some_and(|status| {
+            crate::conditions::is_true(&status.conditions, crate::conditions::types::READY)
+        })
+    }
 }
 
 /// An infrastructure machine kind: its name, plural and providerID scheme. Open like

@@ -4,6 +4,7 @@
 //! system stops writing.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use banlieue_integration_tests::apply;
@@ -810,6 +811,93 @@ async fn bootstrap_data_reaches_the_backend_and_never_the_status() {
     wait_gone(&vms, "v", WAIT).await;
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = ns.api();
     assert!(secrets.get_opt("v-bootstrap").await.unwrap().is_none());
+}
+
+/// A client of the shared control plane that records each request it sends as
+/// `METHOD /path` (query left out), to count what the operator asks of the apiserver.
+async fn recording_client(seen: Arc<Mutex<Vec<String>>>) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(banlieue_testenv::kubeconfig_path())
+        .expect("the control plane's kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("a client config");
+    let record =
+        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+            let line = format!("{} {}", request.method(), request.uri().path());
+            seen.lock().expect("not poisoned").push(line);
+            request
+        });
+    kube::client::ClientBuilder::try_from(config)
+        .expect("a client builder")
+        .with_layer(&record)
+        .build()
+}
+
+/// A machine that is made (provider ID set, `Ready`) goes to the backend without its
+/// bootstrap data, so its resyncs read no Secret: before, each was a live `GET`. A
+/// standalone machine (no VirtualMachine, whose controller reads its own sources), so
+/// every `GET` of the Secret counted is the machine controller's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_made_machine_reads_no_bootstrap_secret_when_it_resyncs() {
+    let ns = banlieue_testenv::namespace("made-no-secret").await;
+    let endpoint = format!("sim://{}", ns.name);
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "m-data"},
+                        "stringData": {"value": "#cloud-config\n", "format": "cloud-config"}});
+    for object in [sim_provider("sim", &endpoint, json!({})), secret] {
+        apply(&ns.client, &ns.name, &object).await.expect("fixture");
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    // A one-second sync period: a made machine goes to the backend about once a second.
+    let operator = Operator::start_with(
+        recording_client(seen.clone()).await,
+        &ns.name,
+        Duration::from_secs(1),
+    );
+    let machine = json!({
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachine", "metadata": {"name": "m"},
+        "spec": {"image": {"path": "/var/lib/libvirt/images/debian.qcow2"}, "cpus": 1, "memoryMiB": 512,
+                 "network": [{"network": "default"}], "providerRef": {"name": "sim"},
+                 "bootstrap": {"dataSecretName": "m-data"}}
+    });
+    apply(&ns.client, &ns.name, &machine).await.unwrap();
+    let machines: Api<LibvirtMachine> = ns.api();
+    wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        m.spec.provider_id.is_some()
+            && m.status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+    })
+    .await;
+
+    let get = format!("GET /api/v1/namespaces/{}/secrets/m-data", ns.name);
+    let gets = || seen.lock().unwrap().iter().filter(|l| **l == get).count();
+    let ensures = || operator.sim.stats(&endpoint).ensure;
+    assert!(
+        gets() >= 1,
+        "the machine read its bootstrap Secret to create its VM (else this test counts nothing)"
+    );
+    // The reconcile that wrote Ready may be followed by one that saw the cache before it.
+    let wait_ensures = |n: u64| {
+        let target = ensures() + n;
+        async move {
+            let started = std::time::Instant::now();
+            while ensures() < target {
+                assert!(
+                    started.elapsed() < WAIT,
+                    "the made machine was not resynced"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    wait_ensures(2).await;
+    let before = gets();
+    wait_ensures(3).await;
+    assert_eq!(
+        gets(),
+        before,
+        "three resyncs of a made machine read its bootstrap Secret"
+    );
 }
 
 /// The class is open (any DNS label, for backends registered out of tree): a Provider

@@ -237,17 +237,14 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
     } else {
         capi::ClusterDomains::default()
     };
-    // Once the machine exists only its power state is checked: no format to know.
-    // Before, the format changes what is decided here only if a Provider it could go
-    // to cannot deliver every format; otherwise only the step that calls the backend
-    // reads the Secret, and a machine that stops before it (e.g. waiting for a create
-    // slot) reads nothing.
-    let exists = machine.provider_id().is_some_and(|id| !id.is_empty());
-    let (format, read) = if exists || !format_matters(ctx, &namespace) {
-        (BootstrapFormat::CloudConfig, None)
-    } else {
+    let when = super::plan::bootstrap_read(machine.has_provider_id(), machine.is_ready(), || {
+        format_matters(ctx, &namespace)
+    });
+    let (format, read) = if when == super::plan::BootstrapRead::BeforePlacement {
         let secret = read_secret(ctx, &namespace, &bootstrap_secret).await?;
         (bootstrap_format(secret.as_ref()), secret.map(Box::new))
+    } else {
+        (BootstrapFormat::CloudConfig, None)
     };
     let chosen = match (&owner.spec.failure_domain, machine.provider_ref()) {
         (Some(_), _) | (None, Some(_)) => None,
@@ -304,8 +301,11 @@ fn missing<K: Machine>(
         // The simulator plays any machine kind, whatever its image source says.
         wants.image_source = None;
     }
-    let exists = machine.provider_id().is_some_and(|id| !id.is_empty());
-    let wants = if exists { wants.running() } else { wants };
+    let wants = if machine.has_provider_id() {
+        wants.running()
+    } else {
+        wants
+    };
     Some(capabilities::published(found.status.as_ref()).missing(&wants))
 }
 

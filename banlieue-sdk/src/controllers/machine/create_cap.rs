@@ -35,7 +35,7 @@ pub(super) fn admit_create<K: Machine>(
 ) -> Result<bool, plan::Stop> {
     let key = provider_key(provider);
     let uid = machine.uid().unwrap_or_default();
-    let has_vm = machine.provider_id().is_some_and(|id| !id.is_empty());
+    let has_vm = machine.has_provider_id();
     if has_vm && !ctx.create_slots.holds(&key, &uid) {
         return Ok(false);
     }

@@ -292,11 +292,10 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         Ok(creating) => creating,
         Err(stop) => return stopped(machine, ctx, stop).await,
     };
-    let ready = machine.machine_status().is_some_and(|s| {
-        crate::conditions::is_true(&s.conditions, crate::conditions::types::READY)
-    });
+    // Placement is behind us: the format decides nothing more here.
+    let when = plan::bootstrap_read(machine.has_provider_id(), machine.is_ready(), || false);
     let bootstrap_ref = match (capi_bootstrap, machine.bootstrap()) {
-        _ if !plan::needs_bootstrap_data(machine.provider_id(), ready) => None,
+        _ if when == plan::BootstrapRead::Never => None,
         (Some((secret, read)), _) => Some((secret, BootstrapFormat::CloudConfig, read)),
         (None, Some(reference)) => {
             Some((reference.data_secret_name.clone(), reference.format, None))
@@ -566,7 +565,7 @@ const PROVIDER_GONE: &str = "ProviderGone";
 /// status says where it landed or that it was provisioned. A machine that only ever
 /// waited (e.g. for a Provider that never existed) has none of these.
 fn reached_backend<K: Machine>(machine: &K) -> bool {
-    machine.provider_id().is_some_and(|id| !id.is_empty())
+    machine.has_provider_id()
         || machine.machine_status().is_some_and(|s| {
             s.failure_domain.is_some()
                 || s.backend_ref.is_some()

@@ -43,7 +43,7 @@ const PATIENCE: Duration = Duration::from_secs(300);
 /// Whether `error`, from recording a new VM on a machine that had no providerID, means
 /// the machine is gone and the VM just made for it has no owner.
 pub(super) fn orphaned<K: Machine>(machine: &K, error: &Error) -> bool {
-    let had_no_vm = machine.provider_id().is_none_or(str::is_empty);
+    let had_no_vm = !machine.has_provider_id();
     had_no_vm && matches!(error, Error::Kube(kube::Error::Api(status)) if status.code == 404)
 }
 

@@ -1,7 +1,8 @@
 //! What a machine reconcile does, decided from values: whether it is held before the
-//! backend is asked ([`held`]), which Provider serves it ([`provider`]), and what the
-//! backend's answer leads to ([`after_ensure`]). The reconciler reads the caches, the
-//! CAPI objects and the backend between these steps, and writes what they decide.
+//! backend is asked ([`held`]), which Provider serves it ([`provider`]), when its
+//! bootstrap Secret is read ([`bootstrap_read`]), and what the backend's answer leads
+//! to ([`after_ensure`]). The reconciler reads the caches, the CAPI objects and the
+//! backend between these steps, and writes what they decide.
 
 use std::time::Duration;
 
@@ -99,14 +100,37 @@ pub(crate) fn provider<'a>(
     Ok(provider)
 }
 
-/// Whether the backend call needs the machine's bootstrap data (a live read of its
-/// Secret). A machine with a provider ID whose `Ready` is `True` was created and
-/// configured: `Backend::ensure` creates nothing for a machine with a provider ID, and
-/// bootstrap data only goes into a create or the configuring step before the first
-/// boot. Reading it anyway cost a Secret `GET` on every reconcile of every machine with
-/// bootstrap data, resyncs included.
-pub(crate) fn needs_bootstrap_data(provider_id: Option<&str>, ready: bool) -> bool {
-    !(provider_id.is_some_and(|id| !id.is_empty()) && ready)
+/// When one reconcile reads a machine's bootstrap data Secret (a live `GET`), if at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BootstrapRead {
+    /// Not at all: the machine was made (provider ID set, `Ready` is `True`). Bootstrap
+    /// data only goes into a create or the configuring step before the first boot, and
+    /// `Backend::ensure` creates nothing for a machine with a provider ID. Reading it
+    /// anyway cost a Secret `GET` on every reconcile, resyncs included.
+    Never,
+    /// Before placement, by the Cluster API gate: the data's format decides which
+    /// Provider may take the machine, or whether it waits.
+    BeforePlacement,
+    /// Only by the step that calls the backend, so that a machine that stops before it
+    /// (e.g. waiting for a create slot) reads nothing.
+    BeforeEnsure,
+}
+
+/// The one rule for [`BootstrapRead`]. `format_decides`: whether the format could
+/// change where the machine goes or whether it waits (some Provider it could go to does
+/// not deliver every format); asked only of a machine with no provider ID, since one
+/// that exists is only checked for its power state.
+pub(crate) fn bootstrap_read(
+    has_provider_id: bool,
+    ready: bool,
+    format_decides: impl FnOnce() -> bool,
+) -> BootstrapRead {
+    match (has_provider_id, ready) {
+        (true, true) => BootstrapRead::Never,
+        (true, false) => BootstrapRead::BeforeEnsure,
+        (false, _) if format_decides() => BootstrapRead::BeforePlacement,
+        (false, _) => BootstrapRead::BeforeEnsure,
+    }
 }
 
 /// What follows the backend's answer to `ensure`.

@@ -159,20 +159,33 @@ fn the_backends_answer_sets_when_to_look_again() {
 }
 
 #[test]
-fn only_a_machine_made_and_ready_goes_to_the_backend_without_its_bootstrap_data() {
-    // (provider ID, Ready, needs the data)
+fn the_bootstrap_secret_is_read_before_placement_only_where_its_format_decides_and_never_once_made()
+{
+    use BootstrapRead::{BeforeEnsure, BeforePlacement, Never};
+    // (provider ID, Ready, the format decides placement, read)
     let cases = [
-        (None, false, true),
-        (None, true, true),
-        (Some(""), true, true),
-        (Some("sim://1"), false, true),
-        (Some("sim://1"), true, false),
+        (false, false, false, BeforeEnsure),
+        (false, false, true, BeforePlacement),
+        (false, true, false, BeforeEnsure),
+        (false, true, true, BeforePlacement),
+        (true, false, false, BeforeEnsure),
+        (true, false, true, BeforeEnsure),
+        (true, true, false, Never),
+        (true, true, true, Never),
     ];
-    for (id, ready, needs) in cases {
+    for (id, ready, decides, read) in cases {
         assert_eq!(
-            needs_bootstrap_data(id, ready),
-            needs,
-            "{id:?}, ready {ready}"
+            bootstrap_read(id, ready, || decides),
+            read,
+            "provider ID {id}, ready {ready}, format decides {decides}"
         );
+    }
+}
+
+#[test]
+fn a_made_machine_does_not_ask_whether_the_format_decides_placement() {
+    // The question scans every Provider in the namespace: not paid once the VM exists.
+    for ready in [false, true] {
+        bootstrap_read(true, ready, || panic!("asked, ready {ready}"));
     }
 }
