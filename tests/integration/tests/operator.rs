@@ -13,6 +13,7 @@ use banlieue_integration_tests::operator::{Operator, wait_for, wait_gone};
 use banlieue_sdk::api::infra::libvirt::LibvirtMachine;
 use banlieue_sdk::api::{Provider, VirtualMachine};
 use banlieue_sdk::conditions;
+use banlieue_sdk::contract::InfraMachineRead;
 use banlieue_testenv::TestNamespace;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -862,10 +863,7 @@ async fn a_made_machine_reads_no_bootstrap_secret_when_it_resyncs() {
     apply(&ns.client, &ns.name, &machine).await.unwrap();
     let machines: Api<LibvirtMachine> = ns.api();
     wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
-        m.spec.provider_id.is_some()
-            && m.status
-                .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+        m.has_provider_id() && m.is_ready()
     })
     .await;
 
