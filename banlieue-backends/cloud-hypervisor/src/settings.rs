@@ -58,8 +58,22 @@ pub fn state_dir(endpoint: &str) -> Result<PathBuf, BackendError> {
 }
 
 impl ChSettings {
-    /// Parses the connection; bad values fail with a terminal `InvalidSettings`.
-    /// Unknown keys are ignored (the operator reads some itself).
+    /// The keys this backend reads; any other key (but the operator's own) is refused.
+    pub const KEYS: [&'static str; 10] = [
+        "shutdownTimeout",
+        "restartDelay",
+        "startTimeout",
+        "pollInterval",
+        "apiTimeout",
+        "hangTimeout",
+        "binary",
+        "qcow2Disks",
+        "hostName",
+        "dhcpLeases",
+    ];
+
+    /// Parses the connection; bad values and keys neither this backend nor the
+    /// operator reads fail with a terminal `InvalidSettings`.
     pub fn parse(connection: &Connection) -> Result<Self, BackendError> {
         Self::parse_parts(&connection.endpoint, &connection.settings)
     }
@@ -125,6 +139,7 @@ impl ChSettings {
             .get("dhcpLeases")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
+        read.only("cloud-hypervisor", &Self::KEYS);
         read.finish()?;
         Ok(parsed)
     }

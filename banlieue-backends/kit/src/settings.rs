@@ -1,7 +1,9 @@
 //! Reading a Provider's `spec.settings` (string keys and values, documented per
 //! backend): every bad value is collected, so one terminal `InvalidSettings` names all
-//! that is wrong at once. Keys a backend does not read are left alone: the operator
-//! reads some itself.
+//! that is wrong at once. A backend lists the keys it reads ([`Settings::only`]): any
+//! other key, unless the operator reads it itself
+//! ([`OPERATOR_KEYS`](banlieue_sdk::backend::settings::OPERATOR_KEYS)), is a mistake
+//! named in the same error — a misspelt setting must not be silently ignored.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -91,6 +93,15 @@ impl<'a> Settings<'a> {
         self.bad.push(problem.into());
     }
 
+    /// Records every given key that neither `keys` (what the `backend` reads) nor the
+    /// operator reads, naming the nearest known key when there is one.
+    pub fn only(&mut self, backend: &str, keys: &[&str]) {
+        self.bad
+            .extend(banlieue_sdk::backend::settings::unknown_keys(
+                self.given, backend, keys,
+            ));
+    }
+
     /// `Ok` when every value read was good, else a terminal `InvalidSettings` naming
     /// each bad one.
     pub fn finish(self) -> Result<(), BackendError> {
@@ -141,6 +152,10 @@ pub struct TaskPacing {
 }
 
 impl TaskPacing {
+    /// The keys [`TaskPacing::read`] reads.
+    pub const KEYS: [&'static str; 3] =
+        ["taskPollInterval", "shutdownTimeout", "failedCloneBackoff"];
+
     /// Overwrites each field whose key is set (the values already there are the
     /// backend's defaults); a bad value is recorded in `settings`.
     pub fn read(&mut self, settings: &mut Settings<'_>) {

@@ -55,8 +55,19 @@ impl Default for LibvirtSettings {
 }
 
 impl LibvirtSettings {
-    /// Parses the settings; bad values fail with a terminal `InvalidSettings`. Keys
-    /// this backend does not know are ignored (the operator reads some itself).
+    /// The keys this backend reads; any other key (but the operator's own) is refused.
+    pub const KEYS: [&'static str; 7] = [
+        "domainType",
+        "machine",
+        "shutdownTimeout",
+        "pollInterval",
+        "failureDomain",
+        "bridges",
+        "waitForAddress",
+    ];
+
+    /// Parses the settings; bad values and keys neither this backend nor the operator
+    /// reads fail with a terminal `InvalidSettings`.
     pub fn parse(settings: &BTreeMap<String, String>) -> Result<Self, BackendError> {
         let mut parsed = Self::default();
         let mut read = Settings::new(settings);
@@ -105,6 +116,7 @@ impl LibvirtSettings {
                 .collect();
         }
         read.flag("waitForAddress", &mut parsed.wait_for_address);
+        read.only("libvirt", &Self::KEYS);
         read.finish()?;
         Ok(parsed)
     }

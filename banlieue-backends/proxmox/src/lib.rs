@@ -110,7 +110,8 @@
 //! | `seedStorage` | storage ID | the first active storage with `iso` content on the node | where NoCloud seeds are uploaded |
 //! | `maxConcurrentCreates` | whole number, `0` for no cap | `10` | machines cloned at once (PVE limits concurrent clones from one template); the rest wait with `CreateQueued` (read by the operator) |
 //!
-//! Other keys are ignored.
+//! Any other key (but the operator's `capabilities.*`) is refused: the Provider is
+//! `Ready=False InvalidSettings`, naming it and the nearest known key.
 //!
 //! # Not yet supported
 //!

@@ -40,8 +40,18 @@ impl Default for ProxmoxSettings {
 }
 
 impl ProxmoxSettings {
-    /// Parses the settings; bad values fail with a terminal `InvalidSettings`. Keys
-    /// this backend does not know are ignored (the operator reads some itself).
+    /// The keys this backend reads; any other key (but the operator's own) is refused.
+    pub const KEYS: [&'static str; 6] = [
+        TaskPacing::KEYS[0],
+        TaskPacing::KEYS[1],
+        TaskPacing::KEYS[2],
+        "cluster",
+        "seedStorage",
+        "vlans",
+    ];
+
+    /// Parses the settings; bad values and keys neither this backend nor the operator
+    /// reads fail with a terminal `InvalidSettings`.
     pub fn parse(settings: &BTreeMap<String, String>) -> Result<Self, BackendError> {
         let mut parsed = Self::default();
         let mut read = Settings::new(settings);
@@ -61,6 +71,7 @@ impl ProxmoxSettings {
                 }
             }
         }
+        read.only("proxmox", &Self::KEYS);
         read.finish()?;
         Ok(parsed)
     }
@@ -82,7 +93,7 @@ mod tests {
             ("taskPollInterval".into(), "250ms".into()),
             ("shutdownTimeout".into(), "30".into()),
             ("vlans".into(), "10, 20".into()),
-            ("machineKind".into(), "ignored".into()),
+            ("maxConcurrentCreates".into(), "4".into()),
             ("seedStorage".into(), " isos ".into()),
         ]))
         .unwrap();
@@ -98,5 +109,18 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.reason, "InvalidSettings");
         assert!(e.message.contains("taskPollInterval") && e.message.contains("5000"));
+        // A key only the sim backend reads, and a misspelt one, are refused by name.
+        let e = ProxmoxSettings::parse(&BTreeMap::from([
+            ("machineKind".into(), "ProxmoxMachine".into()),
+            ("seedstorage".into(), "isos".into()),
+        ]))
+        .unwrap_err();
+        assert!(
+            e.message.contains("settings.machineKind is not a setting")
+                && e.message
+                    .contains("settings.seedstorage is not a setting (did you mean seedStorage?)"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -104,7 +104,8 @@
 //! | `datacenter` | name | the only one | the datacenter when neither machine nor failure domain names one |
 //! | `maxConcurrentCreates` | whole number, `0` for no cap | `10` | machines cloned at once; the rest wait with `CreateQueued` (read by the operator) |
 //!
-//! Other keys are ignored. Not yet supported: content-library images, storage
+//! Any other key (but the operator's `capabilities.*`) is refused: the Provider is
+//! `Ready=False InvalidSettings`, naming it and the nearest known key. Not yet supported: content-library images, storage
 //! policies (a terminal `StoragePolicyUnsupported`), adding network devices beyond
 //! the template's, and IPAM pools whose address is not allocated yet.
 #![warn(missing_docs)]

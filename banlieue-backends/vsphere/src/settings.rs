@@ -36,8 +36,17 @@ impl Default for VSphereSettings {
 }
 
 impl VSphereSettings {
-    /// Parses the settings; bad values fail with a terminal `InvalidSettings`. Keys
-    /// this backend does not know are ignored (the operator reads some itself).
+    /// The keys this backend reads; any other key (but the operator's own) is refused.
+    pub const KEYS: [&'static str; 5] = [
+        TaskPacing::KEYS[0],
+        TaskPacing::KEYS[1],
+        TaskPacing::KEYS[2],
+        "waitForAddress",
+        "datacenter",
+    ];
+
+    /// Parses the settings; bad values and keys neither this backend nor the operator
+    /// reads fail with a terminal `InvalidSettings`.
     pub fn parse(settings: &BTreeMap<String, String>) -> Result<Self, BackendError> {
         let mut parsed = Self::default();
         let mut read = Settings::new(settings);
@@ -47,6 +56,7 @@ impl VSphereSettings {
             .get("datacenter")
             .cloned()
             .filter(|c| !c.is_empty());
+        read.only("vsphere", &Self::KEYS);
         read.finish()?;
         Ok(parsed)
     }
@@ -62,7 +72,7 @@ mod tests {
             ("taskPollInterval".into(), "250ms".into()),
             ("shutdownTimeout".into(), "30".into()),
             ("waitForAddress".into(), "false".into()),
-            ("machineKind".into(), "ignored".into()),
+            ("maxConcurrentCreates".into(), "4".into()),
         ]))
         .unwrap();
         assert_eq!(s.pacing.task_poll_interval, Duration::from_millis(250));
@@ -75,5 +85,20 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.reason, "InvalidSettings");
         assert!(e.message.contains("taskPollInterval") && e.message.contains("maybe"));
+        // A key only the sim backend reads, and a misspelt one, are refused by name.
+        let e = VSphereSettings::parse(&BTreeMap::from([
+            ("machineKind".into(), "VSphereMachine".into()),
+            ("waitforaddress".into(), "false".into()),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.reason, "InvalidSettings");
+        assert!(
+            e.message.contains("settings.machineKind is not a setting")
+                && e.message.contains(
+                    "settings.waitforaddress is not a setting (did you mean waitForAddress?)"
+                ),
+            "{}",
+            e.message
+        );
     }
 }

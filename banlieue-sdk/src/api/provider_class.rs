@@ -141,6 +141,9 @@ impl<'de> Deserialize<'de> for ProviderClass {
     }
 }
 
+/// The admission message for a class that is not a DNS label.
+pub const CLASS_RULE_MESSAGE: &str = "class must be a lowercase DNS label (a-z, 0-9 and '-'): banlieue's own classes are vsphere, proxmox, libvirt, cloud-hypervisor and sim; an operator that embeds banlieue may serve others";
+
 impl JsonSchema for ProviderClass {
     fn inline_schema() -> bool {
         true
@@ -151,11 +154,16 @@ impl JsonSchema for ProviderClass {
     }
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        // A CEL rule rather than `pattern`: the apiserver answers a failed pattern with
+        // the raw regex, which tells someone who wrote `Sim` nothing.
         schemars::json_schema!({
             "type": "string",
             "minLength": 1,
             "maxLength": 63,
-            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            "x-kubernetes-validations": [{
+                "rule": "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+                "message": CLASS_RULE_MESSAGE,
+            }],
         })
     }
 }

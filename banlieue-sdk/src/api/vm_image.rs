@@ -43,12 +43,21 @@ pub struct VMImageSpec {
     pub architecture: Architecture,
     /// Bootstrap formats the guest understands, in order of preference.
     #[serde(default = "default_bootstrap_formats")]
+    /// At least one: an image that takes no bootstrap data at all would run a VM's
+    /// user data nowhere, silently.
     #[x_kube(merge_strategy = ListMerge::Set)]
-    #[schemars(length(max = 2))]
+    #[schemars(length(min = 1, max = 2))]
     pub bootstrap_formats: Vec<BootstrapFormat>,
     /// Where the image lives on each backend class; at least one.
     pub sources: ImageSources,
 }
+
+/// A path on a hypervisor host as a CEL rule: absolute, no `..` segment (the path
+/// named is the path used; the backend still resolves symlinks against its allowed
+/// directories), and no control characters (a newline in a path lands in domain XML and
+/// in logs as two lines).
+const HOST_PATH: &str =
+    "self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)') && !self.matches('[[:cntrl:]]')";
 
 fn default_bootstrap_formats() -> Vec<BootstrapFormat> {
     vec![BootstrapFormat::CloudConfig]
@@ -194,8 +203,7 @@ pub struct LibvirtImageSource {
     pub volume: Option<PoolVolume>,
     /// An absolute path on the host (no URLs: banlieue downloads nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.startsWith('/')")
-        .message("sources.libvirt.path must be an absolute path on the host"))]
+    #[x_kube(validation = Rule::new(HOST_PATH).message("sources.libvirt.path must be an absolute path on the host, without '..' segments or control characters (newlines, tabs)"))]
     #[schemars(length(min = 2, max = 4096))]
     pub path: Option<String>,
     /// Disk format of the image (default `qcow2`).
@@ -235,12 +243,12 @@ pub enum DiskFormat {
 pub struct CloudHypervisorImageSource {
     /// Absolute host path of a kernel to boot directly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.startsWith('/')").message("kernel must be an absolute path"))]
+    #[x_kube(validation = Rule::new(HOST_PATH).message("kernel must be an absolute path on the host, without '..' segments or control characters (newlines, tabs)"))]
     #[schemars(length(min = 2, max = 4096))]
     pub kernel: Option<String>,
     /// Absolute host path of a firmware (e.g. rust-hypervisor-firmware, CLOUDHV.fd).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.startsWith('/')").message("firmware must be an absolute path"))]
+    #[x_kube(validation = Rule::new(HOST_PATH).message("firmware must be an absolute path on the host, without '..' segments or control characters (newlines, tabs)"))]
     #[schemars(length(min = 2, max = 4096))]
     pub firmware: Option<String>,
     /// Kernel command line (with `kernel`).
@@ -248,7 +256,7 @@ pub struct CloudHypervisorImageSource {
     #[schemars(length(max = 4096))]
     pub cmdline: Option<String>,
     /// Absolute host path of the OS disk image, copied per machine.
-    #[x_kube(validation = Rule::new("self.startsWith('/')").message("disk must be an absolute path"))]
+    #[x_kube(validation = Rule::new(HOST_PATH).message("disk must be an absolute path on the host, without '..' segments or control characters (newlines, tabs)"))]
     #[schemars(length(min = 2, max = 4096))]
     pub disk: String,
     /// Disk format of `disk` (default `qcow2`; `raw` is fastest).

@@ -56,6 +56,7 @@ mod disks;
 mod error;
 mod registry;
 mod secret;
+pub mod settings;
 mod types;
 
 use async_trait::async_trait;

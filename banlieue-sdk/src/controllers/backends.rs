@@ -132,13 +132,7 @@ impl BackendCache {
                 let factory = self
                     .registry
                     .get(connection.class)
-                    .ok_or_else(|| Unreachable {
-                        reason: "BackendNotCompiledIn".into(),
-                        message: format!(
-                            "no backend serves class {} in this operator: banlieue builds register theirs by feature, an embedding operator registers its own in its BackendRegistry",
-                            connection.class
-                        ),
-                    })?;
+                    .ok_or_else(|| not_compiled_in(&self.registry, connection.class))?;
                 let backend = factory.connect(&connection).map_err(|e| {
                     let e = scrub_error(e);
                     Unreachable {
@@ -268,6 +262,26 @@ fn fingerprint(connection: &Connection) -> u64 {
     hasher.finish()
 }
 
+/// `BackendNotCompiledIn`, naming the classes this operator serves and the nearest
+/// one, so `vsphre` is told it meant `vsphere`.
+fn not_compiled_in(registry: &BackendRegistry, class: ProviderClass) -> Unreachable {
+    let served: Vec<&str> = registry.classes().map(ProviderClass::as_str).collect();
+    let hint = crate::backend::settings::closest(class.as_str(), &served)
+        .map(|c| format!(" (did you mean {c}?)"))
+        .unwrap_or_default();
+    Unreachable {
+        reason: "BackendNotCompiledIn".into(),
+        message: format!(
+            "no backend serves class {class} in this operator{hint}: it serves {}; banlieue builds register theirs by feature, an embedding operator registers its own in its BackendRegistry",
+            if served.is_empty() {
+                "none".to_owned()
+            } else {
+                served.join(", ")
+            }
+        ),
+    }
+}
+
 /// Reads the Provider's credentials Secret and CA bundle.
 pub(crate) async fn resolve(
     client: &Client,
@@ -287,7 +301,16 @@ pub(crate) async fn resolve(
                 &namespace,
             )
             .await?;
-            secret_strings(&secret)
+            let (values, not_text) = secret_strings(&secret);
+            if !not_text.is_empty() {
+                return Err(not_text_error(
+                    "CredentialsInvalid",
+                    "credentials Secret",
+                    &reference.name,
+                    &not_text,
+                ));
+            }
+            values
         }
     };
     let ca_bundle = match &spec.connection.ca_bundle {
@@ -318,7 +341,16 @@ pub(crate) async fn resolve(
             )
             .await?;
             let key = selector.key_or(DEFAULT_CA_BUNDLE_KEY);
-            secret_strings(&secret)
+            let (values, not_text) = secret_strings(&secret);
+            if not_text.iter().any(|k| k == key) {
+                return Err(not_text_error(
+                    "CABundleInvalid",
+                    "CA bundle Secret",
+                    &selector.name,
+                    &not_text,
+                ));
+            }
+            values
                 .get(key)
                 .map(|v| v.expose().to_owned())
                 .ok_or_else(|| missing_key(&selector.name, key))?
@@ -369,22 +401,35 @@ fn missing_key(name: &str, key: &str) -> Unreachable {
     }
 }
 
-fn secret_strings(secret: &Secret) -> BTreeMap<String, SecretValue> {
-    let mut values: BTreeMap<String, SecretValue> = secret
-        .data
-        .iter()
-        .flatten()
-        .filter_map(|(k, v)| {
-            Some((
-                k.clone(),
-                SecretValue::new(String::from_utf8(v.0.clone()).ok()?),
-            ))
-        })
-        .collect();
+/// A Secret's values as text, and the keys whose values are not UTF-8 (reported as
+/// such: dropping them made a present key read as "missing").
+fn secret_strings(secret: &Secret) -> (BTreeMap<String, SecretValue>, Vec<String>) {
+    let mut values = BTreeMap::new();
+    let mut not_text = Vec::new();
+    for (k, v) in secret.data.iter().flatten() {
+        match String::from_utf8(v.0.clone()) {
+            Ok(text) => {
+                values.insert(k.clone(), SecretValue::new(text));
+            }
+            Err(_) => not_text.push(k.clone()),
+        }
+    }
     for (k, v) in secret.string_data.iter().flatten() {
+        not_text.retain(|n| n != k);
         values.insert(k.clone(), SecretValue::new(v.clone()));
     }
-    values
+    (values, not_text)
+}
+
+/// `reason`: the Secret's keys in `keys` hold bytes that are not UTF-8 text.
+fn not_text_error(reason: &str, what: &str, name: &str, keys: &[String]) -> Unreachable {
+    Unreachable {
+        reason: reason.into(),
+        message: format!(
+            "{what} {name}: the value of {} is not UTF-8 text; banlieue reads these values as text (write them with stringData, or base64-encode the text itself)",
+            keys.join(", ")
+        ),
+    }
 }
 
 /// A backend whose calls are timed into the metrics, and whose errors are scrubbed.
@@ -521,6 +566,65 @@ impl DiskTransfer for ScrubbedTransfer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_that_is_not_text_is_named_not_reported_missing() {
+        use k8s_openapi::ByteString;
+        let secret = Secret {
+            data: Some(BTreeMap::from([
+                ("username".to_owned(), ByteString(b"root@pam".to_vec())),
+                ("password".to_owned(), ByteString(vec![0xff, 0xfe, 0x00])),
+            ])),
+            ..Default::default()
+        };
+        let (values, not_text) = secret_strings(&secret);
+        assert_eq!(values["username"].expose(), "root@pam");
+        assert_eq!(not_text, ["password"]);
+        let error = not_text_error("CredentialsInvalid", "credentials Secret", "pve", &not_text);
+        assert_eq!(error.reason, "CredentialsInvalid");
+        assert!(
+            error
+                .message
+                .starts_with("credentials Secret pve: the value of password is not UTF-8 text"),
+            "{}",
+            error.message
+        );
+        assert!(
+            !error.message.contains('\u{fffd}'),
+            "the bytes are never echoed"
+        );
+    }
+
+    #[test]
+    fn a_class_no_backend_serves_is_told_what_is_served_and_the_nearest() {
+        use crate::backend::BackendFactory;
+        struct Nothing;
+        impl BackendFactory for Nothing {
+            fn connect(&self, _: &Connection) -> Result<Arc<dyn Backend>, BackendError> {
+                Err(BackendError::terminal("Nothing", "nothing"))
+            }
+        }
+        let mut registry = BackendRegistry::default();
+        registry.register(ProviderClass::Vsphere, Arc::new(Nothing));
+        registry.register(ProviderClass::Sim, Arc::new(Nothing));
+        let typo = not_compiled_in(&registry, ProviderClass::new("vsphre").unwrap());
+        assert_eq!(typo.reason, "BackendNotCompiledIn");
+        assert!(
+            typo.message.starts_with(
+                "no backend serves class vsphre in this operator (did you mean vsphere?): it serves vsphere, sim;"
+            ),
+            "{}",
+            typo.message
+        );
+        let other = not_compiled_in(&registry, ProviderClass::Proxmox);
+        assert!(
+            other.message.starts_with(
+                "no backend serves class proxmox in this operator: it serves vsphere, sim;"
+            ),
+            "{}",
+            other.message
+        );
+    }
 
     #[test]
     fn secret_keys_are_scrubbed_from_errors_and_public_ones_kept() {

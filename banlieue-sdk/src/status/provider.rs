@@ -3,6 +3,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::provider::{ClassMapping, DiscoveredFailureDomain, ProviderSpec, ProviderStatus};
+use crate::backend::settings::check_operator_settings;
 use crate::backend::{BackendCapabilities, FailureDomainInventory, Inventory};
 use crate::conditions::{self, Desired, Status, types};
 
@@ -43,10 +44,23 @@ pub fn compute(
                 generation,
                 now,
             );
+            // The settings as a whole: a bad value or a key nobody reads is refused
+            // here, before a VM lands on the Provider and waits on it forever.
+            let mut invalid = check_operator_settings(&spec.settings);
+            if let Err(bad) = &narrowed {
+                invalid.insert(0, bad.clone());
+            }
             let (ready, reason, message) = if spec.paused {
                 (Status::False, "Paused", "spec.paused is set".to_owned())
-            } else if let Err(bad) = &narrowed {
-                (Status::False, "InvalidSettings", bad.clone())
+            } else if !invalid.is_empty() {
+                (
+                    Status::False,
+                    "InvalidSettings",
+                    format!(
+                        "{}; no VM is placed on this Provider until the settings are fixed",
+                        invalid.join("; ")
+                    ),
+                )
             } else if status.failure_domains.is_empty() && !inventory.failure_domains.is_empty() {
                 (
                     Status::False,
@@ -329,6 +343,34 @@ mod tests {
             "{}",
             ready.message
         );
+    }
+
+    #[test]
+    fn settings_wrong_as_a_whole_make_the_provider_not_ready_naming_each_key() {
+        let mut spec = spec();
+        spec.settings
+            .insert("maxConcurrentCreates".into(), "18446744073709551616".into());
+        spec.settings
+            .insert("capabilities.secureboot".into(), "false".into());
+        let status = compute(
+            None,
+            &spec,
+            Some(1),
+            Ok((&inventory(), &conservative())),
+            &now(1),
+        );
+        let ready = conditions::get(&status.conditions, "Ready").unwrap();
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason, "InvalidSettings");
+        for part in [
+            "settings.maxConcurrentCreates \"18446744073709551616\" is not a whole number from 0 (no cap) to 100000",
+            "settings.capabilities.secureboot is not a setting (did you mean capabilities.secureBoot?)",
+            "no VM is placed on this Provider until the settings are fixed",
+        ] {
+            assert!(ready.message.contains(part), "{part}: {}", ready.message);
+        }
+        // Reachable stays true: the backend answered, the settings are what is wrong.
+        assert!(conditions::is_true(&status.conditions, "Reachable"));
     }
 
     #[test]

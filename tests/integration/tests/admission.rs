@@ -70,7 +70,13 @@ fn cases() -> Vec<Case> {
         reject(
             "provider class that is not a DNS label",
             with(p(), "/spec/class", json!("Hyper_V")),
-            "spec.class in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'",
+            "banlieue's own classes are vsphere, proxmox, libvirt, cloud-hypervisor and sim",
+        ),
+        // Before, `Sim` got the raw regex back: the message now names the classes.
+        reject(
+            "provider class in the wrong case",
+            with(p(), "/spec/class", json!("Sim")),
+            "class must be a lowercase DNS label",
         ),
         reject(
             "missing connection",
@@ -265,6 +271,38 @@ fn cases() -> Vec<Case> {
                 json!({"firmware": "/f", "cmdline": "console=ttyS0", "disk": "/d"}),
             ),
             "cmdline needs kernel",
+        ),
+        reject(
+            "an image that takes no bootstrap format",
+            with(vm_image(), "/spec/bootstrapFormats", json!([])),
+            "spec.bootstrapFormats in body should have at least 1 items",
+        ),
+        reject(
+            "libvirt image path with a newline",
+            with(
+                vm_image(),
+                "/spec/sources/libvirt",
+                json!({"path": "/var/lib/libvirt/images/a.qcow2\n/etc/shadow"}),
+            ),
+            "sources.libvirt.path must be an absolute path on the host, without '..' segments or control characters",
+        ),
+        reject(
+            "libvirt image path climbing out with ..",
+            with(
+                vm_image(),
+                "/spec/sources/libvirt",
+                json!({"path": "/var/lib/libvirt/images/../../../etc/shadow"}),
+            ),
+            "sources.libvirt.path must be an absolute path on the host, without '..' segments",
+        ),
+        reject(
+            "cloud-hypervisor disk path with a tab",
+            with(
+                vm_image(),
+                "/spec/sources/cloudHypervisor",
+                json!({"firmware": "/f", "disk": "/d\tx"}),
+            ),
+            "disk must be an absolute path on the host, without '..' segments or control characters",
         ),
         reject(
             "unknown bootstrap format",

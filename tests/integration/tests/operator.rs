@@ -918,12 +918,31 @@ async fn a_provider_of_an_unserved_class_says_so() {
         reachable(p).is_some_and(|c| c.status == "False")
     })
     .await;
-    let reachable = reachable(&seen).unwrap();
-    assert_eq!(reachable.reason, "BackendNotCompiledIn");
+    let unserved = reachable(&seen).unwrap();
+    assert_eq!(unserved.reason, "BackendNotCompiledIn");
     assert!(
-        reachable.message.contains("hyperv"),
-        "names the class: {}",
-        reachable.message
+        unserved.message.contains("hyperv")
+            && unserved.message.contains("it serves sim;")
+            && !unserved.message.contains("did you mean"),
+        "names the class and what this operator serves: {}",
+        unserved.message
+    );
+    // A near miss of a served class is told which one it likely meant.
+    let mut typo = sim_provider("typo", "simm://host", json!({}));
+    typo["spec"]["class"] = json!("simm");
+    apply(&ns.client, &ns.name, &typo).await.unwrap();
+    let typo = wait_for(&providers, "typo", WAIT, |p| {
+        reachable(p).is_some_and(|c| c.status == "False")
+    })
+    .await;
+    let typo = reachable(&typo).unwrap();
+    assert_eq!(typo.reason, "BackendNotCompiledIn");
+    assert!(
+        typo.message.starts_with(
+            "no backend serves class simm in this operator (did you mean sim?): it serves sim;"
+        ),
+        "{}",
+        typo.message
     );
 
     apply(
