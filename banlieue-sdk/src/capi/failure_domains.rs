@@ -184,10 +184,7 @@ pub fn place(
 /// as releases before this one wrote for a machine placed before its cluster published
 /// failure domains), or a Provider that is gone. Such a name is never read as a
 /// Provider of its own; [`decide`] locates the machine's VM instead.
-pub fn resolve_recorded<'n>(
-    name: &'n str,
-    is_provider: impl Fn(&str) -> bool,
-) -> Option<(&'n str, &'n str)> {
+pub fn resolve_recorded(name: &str, is_provider: impl Fn(&str) -> bool) -> Option<(&str, &str)> {
     split_name(name).filter(|(provider, _)| is_provider(provider))
 }
 

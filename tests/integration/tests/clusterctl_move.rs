@@ -941,9 +941,12 @@ fn seed_fixtures(a: &Vcsim, b: &Vcsim, workload_kubeconfig: &str) -> Vec<Value> 
     objects
 }
 
-/// banlieue's VMs on each vCenter (the templates and vcsim's own VMs left out): BIOS UUID →
-/// (VM name, the failure domain the VM records).
-fn seed_census(a: &Vcsim, b: &Vcsim) -> BTreeMap<&'static str, BTreeMap<String, (String, String)>> {
+/// banlieue's VMs on each vCenter (the templates and vcsim's own VMs left out): Provider
+/// → BIOS UUID → (VM name, the failure domain the VM records).
+type SeedCensus = BTreeMap<&'static str, BTreeMap<String, (String, String)>>;
+
+/// [`SeedCensus`] of both vCenters.
+fn seed_census(a: &Vcsim, b: &Vcsim) -> SeedCensus {
     vcenters(a, b)
         .into_iter()
         .map(|(provider, vc)| {
@@ -970,16 +973,16 @@ fn seed_census(a: &Vcsim, b: &Vcsim) -> BTreeMap<&'static str, BTreeMap<String, 
 }
 
 /// VMs on each vCenter, as counted in `census`.
-fn per_vcenter(census: &BTreeMap<&'static str, BTreeMap<String, (String, String)>>) -> Vec<usize> {
+fn per_vcenter(census: &SeedCensus) -> Vec<usize> {
     census.values().map(BTreeMap::len).collect()
 }
 
-/// Each VSphereMachine on `client`: name → (providerID, status.failureDomain, Ready,
-/// the Ready reason and message).
-async fn seed_machines(
-    client: &kube::Client,
-    ns: &str,
-) -> BTreeMap<String, (Option<String>, Option<String>, bool, String)> {
+/// Each VSphereMachine: name → (providerID, status.failureDomain, Ready, the Ready
+/// reason and message).
+type SeedMachines = BTreeMap<String, (Option<String>, Option<String>, bool, String)>;
+
+/// Each VSphereMachine on `client`, as [`SeedMachines`].
+async fn seed_machines(client: &kube::Client, ns: &str) -> SeedMachines {
     api(client, ns, INFRA_VERSION, "VSphereMachine")
         .list(&ListParams::default())
         .await
@@ -1010,10 +1013,7 @@ async fn seed_machines(
 
 /// Every machine's `status.failureDomain` is `<provider>/<the VM's failure domain>`,
 /// naming the vCenter its VM is really on; `Err` says which is not.
-fn placed_where_their_vms_are(
-    machines: &BTreeMap<String, (Option<String>, Option<String>, bool, String)>,
-    census: &BTreeMap<&'static str, BTreeMap<String, (String, String)>>,
-) -> Result<(), String> {
+fn placed_where_their_vms_are(machines: &SeedMachines, census: &SeedCensus) -> Result<(), String> {
     for (name, (provider_id, failure_domain, _, _)) in machines {
         let bios = provider_id
             .as_deref()
