@@ -23,6 +23,11 @@
 //! `cluster.x-k8s.io/paused` on the source and unpaused on the target.
 //!
 //! The target's operator is killed once while it adopts, and started again.
+//!
+//! A second test moves the shape of issue 37's seed: Machines banlieue placed itself
+//! (no `spec.failureDomain`) across two vCenters in one VSphereCluster, adopted on the
+//! target before the failure domains are published again; then scale-down and Cluster
+//! deletion on the target leave no VM on either vCenter.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
