@@ -175,6 +175,154 @@ pub fn place(
     }
 }
 
+/// A recorded failure-domain name (an infra machine's `status.failureDomain`, or the
+/// one banlieue chose for it) read back as Provider and backend failure domain, when
+/// its Provider part names a Provider (`is_provider`: one of the namespace's, or of the
+/// cluster's `spec.providerRefs`).
+///
+/// `None` for a name that names no Provider: the backend's bare name (`DC0/DC0_C0`,
+/// as releases before this one wrote for a machine placed before its cluster published
+/// failure domains), or a Provider that is gone. Such a name is never read as a
+/// Provider of its own; [`decide`] locates the machine's VM instead.
+pub fn resolve_recorded(name: &str, is_provider: impl Fn(&str) -> bool) -> Option<(&str, &str)> {
+    split_name(name).filter(|(provider, _)| is_provider(provider))
+}
+
+/// What is known of a CAPI machine's placement, for [`decide`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Known<'a> {
+    /// Its Machine's `spec.failureDomain` (a name its cluster published).
+    pub machine_failure_domain: Option<&'a str>,
+    /// Its own `spec.providerRef`.
+    pub provider_ref: Option<&'a str>,
+    /// Where it was recorded to be: its `status.failureDomain`, or the failure domain
+    /// banlieue chose for it and has not seen in its status yet.
+    pub recorded: Option<&'a str>,
+    /// It has a VM already, somewhere (a provider ID: adopted after `clusterctl move` or
+    /// a restore, both of which drop the status).
+    pub has_vm: bool,
+}
+
+/// What the cluster of a CAPI machine offers, for [`decide`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClusterView<'a> {
+    /// The Providers its InfraCluster spans (`spec.providerRefs` and the Providers of
+    /// its published failure domains).
+    pub providers: &'a [String],
+    /// Whether it has published any failure domain yet (`status.failureDomains`:
+    /// empty until the InfraCluster is first reconciled, and after every `clusterctl
+    /// move`, which recreates it without status).
+    pub published: bool,
+}
+
+/// How a CAPI machine is placed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Here.
+    Placed(Placement),
+    /// A new machine CAPI left unplaced: the emptiest published failure domain
+    /// ([`spread`]).
+    Choose,
+    /// Its VM exists but nothing recorded says on which of these Providers: ask each
+    /// backend ([`located`]). Never guessed from the emptiest failure domain.
+    Locate(Vec<String>),
+    /// Not yet.
+    Wait(Unplaced),
+}
+
+/// Places a CAPI machine from what is known of it; `is_provider` as in
+/// [`resolve_recorded`]. In order: its Machine's failure domain, its own
+/// `spec.providerRef`, its recorded failure domain when that names a Provider; else,
+/// for a machine whose VM exists, the cluster's only Provider or the Providers to look
+/// for the VM on; else, for a new machine, a published failure domain, the cluster's
+/// only Provider, or a wait until the cluster publishes its failure domains.
+pub fn decide(
+    known: Known<'_>,
+    cluster: ClusterView<'_>,
+    is_provider: impl Fn(&str) -> bool,
+) -> Decision {
+    let result = |r: Result<Placement, Unplaced>| match r {
+        Ok(placement) => Decision::Placed(placement),
+        Err(unplaced) => Decision::Wait(unplaced),
+    };
+    if known.machine_failure_domain.is_some() || known.provider_ref.is_some() {
+        return result(place(
+            known.machine_failure_domain,
+            known.provider_ref,
+            cluster.providers,
+        ));
+    }
+    let recorded = known.recorded;
+    if let Some((provider, domain)) = recorded.and_then(|r| resolve_recorded(r, &is_provider)) {
+        return Decision::Placed(Placement {
+            provider: provider.into(),
+            failure_domain: Some(domain.into()),
+            reported: Some(qualified_name(provider, domain)),
+        });
+    }
+    // A recorded name that names no Provider says the machine reached a backend.
+    let exists = known.has_vm || recorded.is_some();
+    match cluster.providers {
+        [] => result(place(None, None, cluster.providers)),
+        [only] if exists || !cluster.published => Decision::Placed(Placement {
+            provider: only.clone(),
+            failure_domain: None,
+            reported: None,
+        }),
+        many if exists => Decision::Locate(many.to_vec()),
+        _ if cluster.published => Decision::Choose,
+        many => Decision::Wait(Unplaced {
+            reason: "WaitingForFailureDomains",
+            message: format!(
+                "the cluster spans {} Providers and its InfraCluster has not published status.failureDomains yet (set Machine.spec.failureDomain or spec.providerRef to choose now)",
+                many.len()
+            ),
+        }),
+    }
+}
+
+/// Where a machine's VM was found by [`Decision::Locate`]: each Provider that has it,
+/// with the backend failure domain it reports, and the Providers that could not be
+/// asked (unreachable).
+pub fn located(
+    found: &[(String, Option<String>)],
+    unreachable: &[String],
+) -> Result<Placement, Unplaced> {
+    let mut found: Vec<&(String, Option<String>)> = found.iter().collect();
+    found.sort();
+    match (found.first(), unreachable) {
+        // Several Providers reaching one vCenter all see it: any of them manages it,
+        // the first by name, so every reconcile picks the same.
+        (Some((provider, domain)), _) => Ok(Placement {
+            provider: provider.clone(),
+            failure_domain: domain.clone(),
+            reported: domain.as_deref().map(|d| qualified_name(provider, d)),
+        }),
+        (None, []) => Err(Unplaced {
+            reason: "BackendVMNotFound",
+            message: "its VM is on none of the cluster's Providers (asked each by spec.providerID and UID): set spec.providerRef to the Provider that has it, or delete this object to let its owner replace it".into(),
+        }),
+        (None, unreachable) => Err(Unplaced {
+            reason: "ProviderNotReady",
+            message: format!(
+                "looking for its VM on the cluster's Providers: {} could not be asked",
+                unreachable.join(", ")
+            ),
+        }),
+    }
+}
+
+/// The failure domain a CAPI machine reports in `status.failureDomain`: the name CAPI
+/// or banlieue placed it by, else where its backend says it is, qualified by the
+/// Provider it runs on. Never the backend's bare name, which would read back as a
+/// Provider of its own.
+pub fn reported(placement: &Placement, observed: Option<&str>) -> Option<String> {
+    placement
+        .reported
+        .clone()
+        .or_else(|| observed.map(|fd| qualified_name(&placement.provider, fd)))
+}
+
 /// A failure domain for a machine CAPI did not place (a MachineDeployment has one
 /// failure domain at most, usually none): the candidate with the fewest machines of
 /// the same group already in it, ties broken by name, so replicas spread evenly.

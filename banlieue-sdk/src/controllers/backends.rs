@@ -491,6 +491,17 @@ impl Instrumented {
         self.finish("ensure", started, result)
     }
 
+    /// Reads a machine's state without changing it (`None`: this backend has no VM
+    /// for it): where a VM is, when nothing recorded says so.
+    pub async fn observe(
+        &self,
+        identity: &MachineIdentity,
+    ) -> Result<Option<MachineObservation>, BackendError> {
+        let started = Instant::now();
+        let result = self.backend.observe(identity).await;
+        self.finish("observe", started, result)
+    }
+
     /// What the backend declares it can do.
     pub fn capabilities(&self) -> crate::backend::BackendCapabilities {
         self.backend.capabilities()

@@ -23,6 +23,11 @@
 //! `cluster.x-k8s.io/paused` on the source and unpaused on the target.
 //!
 //! The target's operator is killed once while it adopts, and started again.
+//!
+//! A second test moves the shape of issue 37's seed: Machines banlieue placed itself
+//! (no `spec.failureDomain`) across two vCenters in one VSphereCluster, adopted on the
+//! target before the failure domains are published again; then scale-down and Cluster
+//! deletion on the target leave no VM on either vCenter.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -414,6 +419,7 @@ async fn provision_with_nodes(
     workload: &kube::Client,
     ns: &str,
     capi: &Capi,
+    expected: usize,
 ) -> BTreeMap<String, String> {
     let machines = api(client, ns, CAPI, "Machine");
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(workload.clone());
@@ -452,7 +458,7 @@ async fn provision_with_nodes(
                 .await
                 .unwrap();
         }
-        if list.items.len() == machine_count() && done.len() == machine_count() {
+        if list.items.len() == expected && done.len() == expected {
             return done;
         }
         assert!(
@@ -606,8 +612,14 @@ async fn clusterctl_move_adopts_every_vm_and_creates_none() {
     );
 
     // Provisioned on the source: one VM per Machine on each backend.
-    let provider_ids =
-        provision_with_nodes(&source_client, &source_client, &ns.name, source_capi).await;
+    let provider_ids = provision_with_nodes(
+        &source_client,
+        &source_client,
+        &ns.name,
+        source_capi,
+        machine_count(),
+    )
+    .await;
     let deadline = Instant::now() + WAIT;
     let solo_provider_id = loop {
         if let Some((true, Some(id))) = solo_state(&source_client, &ns.name).await {
@@ -719,8 +731,14 @@ async fn clusterctl_move_adopts_every_vm_and_creates_none() {
         vms_source.get_opt(SOLO).await.unwrap().is_none(),
         "the standalone VM left the source"
     );
-    let target_provider_ids =
-        provision_with_nodes(&target_client, &source_client, &ns.name, &target_capi).await;
+    let target_provider_ids = provision_with_nodes(
+        &target_client,
+        &source_client,
+        &ns.name,
+        &target_capi,
+        machine_count(),
+    )
+    .await;
     assert_eq!(target_provider_ids, provider_ids);
 
     // The source let go without touching a VM; the target created none.
@@ -840,4 +858,433 @@ async fn clusterctl_move_adopts_every_vm_and_creates_none() {
     backends.ch.assert_conformant();
     drop(target_operator.take());
     drop(source_operator.take());
+}
+
+/// The two vCenters of the seed-shaped move: `(Provider, vcsim)`.
+fn vcenters<'a>(a: &'a Vcsim, b: &'a Vcsim) -> [(&'static str, &'a Vcsim); 2] {
+    [("vcenter-a", a), ("vcenter-b", b)]
+}
+
+/// The seed's shape on vSphere: a VSphereCluster spanning two vCenters (two vcsims,
+/// Providers `vcenter-a` and `vcenter-b`), a control-plane Machine and a
+/// MachineDeployment of 3 whose Machines carry no `spec.failureDomain` (nor their
+/// VSphereMachines a `spec.providerRef`): banlieue places them. A second cluster on
+/// `vcenter-a` alone has a control-plane Machine and a MachineDeployment of 2 (the
+/// seed's own single-vCenter case).
+fn seed_fixtures(a: &Vcsim, b: &Vcsim, workload_kubeconfig: &str) -> Vec<Value> {
+    let mut objects = vec![];
+    for (provider, vc) in vcenters(a, b) {
+        objects.extend([
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{provider}-credentials")},
+                   "stringData": {"username": vc.ready.username, "password": vc.ready.password}}),
+            json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": provider},
+                   "spec": {"class": "vsphere",
+                            "connection": {"endpoint": format!("{}/sdk", vc.ready.endpoint),
+                                           "credentialsRef": {"name": format!("{provider}-credentials")},
+                                           "caBundle": {"inline": vc.ready.ca_pem}},
+                            "settings": {"taskPollInterval": "100ms", "shutdownTimeout": "2s"}}}),
+        ]);
+    }
+    let spec = json!({"template": a.ready.template, "numCPUs": 1, "memoryMiB": 1024,
+                      "network": [{"networkName": "VM Network"}]});
+    // No pods run on these Nodes: nothing to drain or detach.
+    let annotations = json!({"machine.cluster.x-k8s.io/exclude-node-draining": "",
+                             "machine.cluster.x-k8s.io/exclude-wait-for-node-volume-detach": ""});
+    for (cluster, providers, replicas) in [
+        (
+            "seed",
+            json!([{"name": "vcenter-a"}, {"name": "vcenter-b"}]),
+            3,
+        ),
+        ("one", json!([{"name": "vcenter-a"}]), 2),
+    ] {
+        let md = format!("{cluster}-md");
+        let md_labels = json!({"cluster.x-k8s.io/deployment-name": md});
+        objects.extend([
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": format!("{cluster}-bootstrap"), "labels": {MOVE_LABEL: ""}},
+                   "stringData": {"value": "#cloud-config\n", "format": "cloud-config"}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
+                   "metadata": {"name": format!("{cluster}-kubeconfig"),
+                                "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+                   "stringData": {"value": workload_kubeconfig}}),
+            json!({"apiVersion": INFRA_VERSION, "kind": "VSphereCluster", "metadata": {"name": cluster},
+                   "spec": {"providerRefs": providers,
+                            "controlPlaneEndpoint": {"host": "192.0.2.41", "port": 6443}}}),
+            json!({"apiVersion": CAPI, "kind": "Cluster", "metadata": {"name": cluster},
+                   "spec": {"infrastructureRef": {"apiGroup": INFRA, "kind": "VSphereCluster", "name": cluster}}}),
+            json!({"apiVersion": INFRA_VERSION, "kind": "VSphereMachineTemplate", "metadata": {"name": md},
+                   "spec": {"template": {"spec": spec}}}),
+            json!({"apiVersion": CAPI, "kind": "MachineDeployment",
+                   "metadata": {"name": md,
+                                "annotations": {"machineset.cluster.x-k8s.io/skip-preflight-checks": "All"}},
+                   "spec": {"clusterName": cluster, "replicas": replicas,
+                            "selector": {"matchLabels": md_labels},
+                            "template": {"metadata": {"labels": md_labels, "annotations": annotations},
+                                         "spec": {"clusterName": cluster,
+                                                  "bootstrap": {"dataSecretName": format!("{cluster}-bootstrap")},
+                                                  "infrastructureRef": {"apiGroup": INFRA, "kind": "VSphereMachineTemplate", "name": md}}}}}),
+        ]);
+    }
+    // A control-plane Machine in each cluster (`clusterctl move` wants the control
+    // plane initialized, which CAPI reads from a control-plane Machine's Node).
+    for cluster in ["seed", "one"] {
+        let cp = format!("{cluster}-cp");
+        objects.extend([
+            json!({"apiVersion": INFRA_VERSION, "kind": "VSphereMachine", "metadata": {"name": cp},
+                   "spec": spec}),
+            json!({"apiVersion": CAPI, "kind": "Machine",
+                   "metadata": {"name": cp,
+                                "labels": {"cluster.x-k8s.io/cluster-name": cluster,
+                                           "cluster.x-k8s.io/control-plane": ""},
+                                "annotations": annotations},
+                   "spec": {"clusterName": cluster,
+                            "bootstrap": {"dataSecretName": format!("{cluster}-bootstrap")},
+                            "infrastructureRef": {"apiGroup": INFRA, "kind": "VSphereMachine", "name": cp}}}),
+        ]);
+    }
+    objects
+}
+
+/// banlieue's VMs on each vCenter (the templates and vcsim's own VMs left out): Provider
+/// → BIOS UUID → (VM name, the failure domain the VM records).
+type SeedCensus = BTreeMap<&'static str, BTreeMap<String, (String, String)>>;
+
+/// [`SeedCensus`] of both vCenters.
+fn seed_census(a: &Vcsim, b: &Vcsim) -> SeedCensus {
+    vcenters(a, b)
+        .into_iter()
+        .map(|(provider, vc)| {
+            let vms = vc
+                .vms()
+                .into_iter()
+                .filter(|v| v["template"] != true && v["extraConfig"]["banlieue.uid"].is_string())
+                .map(|v| {
+                    (
+                        v["biosUUID"].as_str().unwrap_or_default().to_owned(),
+                        (
+                            v["name"].as_str().unwrap_or_default().to_owned(),
+                            v["extraConfig"]["banlieue.failureDomain"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_owned(),
+                        ),
+                    )
+                })
+                .collect();
+            (provider, vms)
+        })
+        .collect()
+}
+
+/// VMs on each vCenter, as counted in `census`.
+fn per_vcenter(census: &SeedCensus) -> Vec<usize> {
+    census.values().map(BTreeMap::len).collect()
+}
+
+/// Each VSphereMachine: name → (providerID, status.failureDomain, Ready, the Ready
+/// reason and message).
+type SeedMachines = BTreeMap<String, (Option<String>, Option<String>, bool, String)>;
+
+/// Each VSphereMachine on `client`, as [`SeedMachines`].
+async fn seed_machines(client: &kube::Client, ns: &str) -> SeedMachines {
+    api(client, ns, INFRA_VERSION, "VSphereMachine")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| {
+            let ready = m.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .cloned()
+                .unwrap_or_default();
+            (
+                m.metadata.name.clone().unwrap_or_default(),
+                (
+                    m.data["spec"]["providerID"].as_str().map(str::to_owned),
+                    m.data["status"]["failureDomain"]
+                        .as_str()
+                        .map(str::to_owned),
+                    ready["status"] == "True",
+                    format!("{} {}", ready["reason"], ready["message"]),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Every machine's `status.failureDomain` is `<provider>/<the VM's failure domain>`,
+/// naming the vCenter its VM is really on; `Err` says which is not.
+fn placed_where_their_vms_are(machines: &SeedMachines, census: &SeedCensus) -> Result<(), String> {
+    for (name, (provider_id, failure_domain, _, _)) in machines {
+        let bios = provider_id
+            .as_deref()
+            .and_then(|id| id.strip_prefix("vsphere://"))
+            .ok_or(format!("{name} has no providerID"))?;
+        let on: Vec<String> = census
+            .iter()
+            .filter_map(|(provider, vms)| vms.get(bios).map(|(_, fd)| format!("{provider}/{fd}")))
+            .collect();
+        if on.len() != 1 || failure_domain.as_ref() != Some(&on[0]) {
+            return Err(format!(
+                "{name}: status.failureDomain {failure_domain:?}, its VM is at {on:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `clusterctl move` of the seed's shape (issue 37): Machines banlieue placed itself
+/// across two vCenters are adopted on the target before its VSphereCluster has
+/// published failure domains again; each reports the Provider its VM is really on, and
+/// scaling down and deleting the Cluster on the target deletes every VM, each on its own
+/// vCenter.
+///
+/// The race is provoked, not waited for: the target's operator starts only after the
+/// move, with every VSphereCluster publishing nothing (a `failureDomainSelector` that
+/// matches no domain, as after a move before the first reconcile), until every machine
+/// has been adopted; then the selector goes and the domains are published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterctl_move_of_unplaced_machines_across_two_vcenters() {
+    let Some(source_capi) = Capi::start() else {
+        return;
+    };
+    let (Some(a), Some(b)) = (Vcsim::start(), Vcsim::start()) else {
+        return;
+    };
+    assert_eq!(
+        a.ready.template, b.ready.template,
+        "one template path on both"
+    );
+    let source = banlieue_testenv::shared();
+    let target: &'static ControlPlane = Box::leak(Box::new(
+        ControlPlane::start(ControlPlaneConfig::from_env().crds(banlieue_sdk::crds::all()))
+            .expect("the target control plane"),
+    ));
+    let Some(target_capi) = Capi::start_on(target) else {
+        return;
+    };
+    let source_client = source.client().await;
+    let target_client = target.client().await;
+    label_crds_as_clusterctl_init_does(&source_client).await;
+    label_crds_as_clusterctl_init_does(&target_client).await;
+    let ns = banlieue_testenv::namespace("move-seed").await;
+    let registry = || {
+        let mut registry = BackendRegistry::default();
+        registry.register(ProviderClass::Vsphere, Arc::new(VSphereFactory::new()));
+        registry
+    };
+    let source_operator = CrashableOperator::start(
+        source.kube_config(),
+        &ns.name,
+        registry(),
+        Duration::from_secs(5),
+    );
+    for object in seed_fixtures(&a, &b, &inlined_kubeconfig(source)) {
+        apply(&source_client, &ns.name, &object)
+            .await
+            .unwrap_or_else(|e| panic!("apply {}: {e}", object["metadata"]["name"]));
+    }
+    const MACHINES: usize = 7;
+    let provider_ids = provision_with_nodes(
+        &source_client,
+        &source_client,
+        &ns.name,
+        source_capi,
+        MACHINES,
+    )
+    .await;
+    let before = seed_census(&a, &b);
+    let clones_before = a.calls("CloneVM_Task") + b.calls("CloneVM_Task");
+    eprintln!("before the move: {provider_ids:#?}\n{before:#?}");
+    assert_eq!(
+        per_vcenter(&before).iter().sum::<usize>(),
+        MACHINES,
+        "one VM per Machine: {before:#?}"
+    );
+    assert!(
+        per_vcenter(&before).iter().all(|n| *n > 0),
+        "the seed cluster's machines spread over both vCenters: {before:#?}"
+    );
+    let source_machines = seed_machines(&source_client, &ns.name).await;
+    placed_where_their_vms_are(&source_machines, &before)
+        .unwrap_or_else(|e| panic!("on the source: {e}\n{source_machines:#?}"));
+
+    let log = clusterctl_move(source_capi, source, target, &ns.name);
+    eprintln!("clusterctl move:\n{log}");
+    let clusters = api(&target_client, &ns.name, INFRA_VERSION, "VSphereCluster");
+    for cluster in ["seed", "one"] {
+        let moved = clusters.get(cluster).await.unwrap();
+        assert!(
+            moved.data["status"]["failureDomains"]
+                .as_array()
+                .is_none_or(Vec::is_empty),
+            "clusterctl move recreates the VSphereCluster without status: {moved:?}"
+        );
+        clusters
+            .patch(
+                cluster,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"failureDomainSelector": {
+                    "matchLabels": {"banlieue.io/provider": "not-yet"}}}})),
+            )
+            .await
+            .unwrap();
+    }
+    let moved_at = Instant::now();
+    let target_operator = CrashableOperator::start(
+        target.kube_config(),
+        &ns.name,
+        registry(),
+        Duration::from_secs(5),
+    );
+
+    // Adopted while nothing is published: every machine Ready, where its VM is.
+    let wait_adopted = |phase: &'static str| {
+        let (target_client, ns, a, b) = (&target_client, &ns.name, &a, &b);
+        async move {
+            let deadline = Instant::now() + WAIT;
+            loop {
+                let now = seed_machines(target_client, ns).await;
+                let census = seed_census(a, b);
+                let placed = placed_where_their_vms_are(&now, &census);
+                if now.len() == MACHINES && now.values().all(|m| m.2) && placed.is_ok() {
+                    return now;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{phase}: not every machine adopted where its VM is: {placed:?}\n{now:#?}\n{census:#?}"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
+    let unpublished = wait_adopted("before the domains are published").await;
+    eprintln!(
+        "adopted before the domains were published, in {:?}: {unpublished:#?}",
+        moved_at.elapsed()
+    );
+    for cluster in ["seed", "one"] {
+        clusters
+            .patch(
+                cluster,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"failureDomainSelector": null}})),
+            )
+            .await
+            .unwrap();
+        let deadline = Instant::now() + WAIT;
+        while clusters.get(cluster).await.unwrap().data["status"]["failureDomains"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{cluster} publishes no failure domain"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // A resync after publication changes nothing: still where each VM is.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let published = wait_adopted("after the domains are published").await;
+    assert_eq!(
+        published
+            .iter()
+            .map(|(n, m)| (n.clone(), m.1.clone()))
+            .collect::<Vec<_>>(),
+        unpublished
+            .iter()
+            .map(|(n, m)| (n.clone(), m.1.clone()))
+            .collect::<Vec<_>>(),
+        "publication moved a reported failure domain"
+    );
+    let target_provider_ids = provision_with_nodes(
+        &target_client,
+        &source_client,
+        &ns.name,
+        &target_capi,
+        MACHINES,
+    )
+    .await;
+    assert_eq!(target_provider_ids, provider_ids);
+    let after_move = seed_census(&a, &b);
+    assert_eq!(after_move, before, "the move made or lost a VM");
+    assert_eq!(
+        a.calls("CloneVM_Task") + b.calls("CloneVM_Task"),
+        clones_before,
+        "a clone during or after the move"
+    );
+
+    // Scale down on the target: the two VMs gone are the deleted machines', each from
+    // its own vCenter.
+    let deployments = api(&target_client, &ns.name, CAPI, "MachineDeployment");
+    deployments
+        .patch(
+            "seed-md",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    let scaled = loop {
+        let machines = seed_machines(&target_client, &ns.name).await;
+        let census = seed_census(&a, &b);
+        if machines.len() == MACHINES - 2
+            && per_vcenter(&census).iter().sum::<usize>() == MACHINES - 2
+        {
+            break (machines, census);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "scaling seed-md down to 1 did not delete 2 machines and their VMs: {machines:#?}\n{census:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let (kept, after_scale) = scaled;
+    for (provider, vms) in &after_scale {
+        for (bios, vm) in vms {
+            assert_eq!(before[provider].get(bios), Some(vm), "{provider}: {bios}");
+            assert!(
+                kept.values()
+                    .any(|m| m.0.as_deref() == Some(&format!("vsphere://{bios}"))),
+                "{provider}: VM {vm:?} outlived its machine"
+            );
+        }
+    }
+
+    // Deleting the Clusters on the target deletes every VM.
+    for cluster in ["seed", "one"] {
+        api(&target_client, &ns.name, CAPI, "Cluster")
+            .delete(cluster, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    let after_delete = loop {
+        let census = seed_census(&a, &b);
+        let machines = seed_machines(&target_client, &ns.name).await;
+        if per_vcenter(&census).iter().sum::<usize>() == 0 && machines.is_empty() {
+            break census;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "VMs or machines left after deleting the Clusters on the target: {census:#?}\n{machines:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!(
+        "seed move: VMs per vCenter (vcenter-a, vcenter-b): before the move {:?}, after {:?}, after scale-down {:?}, after Cluster deletion {:?}; clones during the move {}",
+        per_vcenter(&before),
+        per_vcenter(&after_move),
+        per_vcenter(&after_scale),
+        per_vcenter(&after_delete),
+        a.calls("CloneVM_Task") + b.calls("CloneVM_Task") - clones_before,
+    );
+    drop(target_operator);
+    drop(source_operator);
 }

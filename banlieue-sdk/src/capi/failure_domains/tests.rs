@@ -189,3 +189,253 @@ proptest! {
         prop_assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1);
     }
 }
+
+/// The cluster of the seed's shape: two vCenters in one VSphereCluster.
+fn two() -> Vec<String> {
+    vec!["vcenter-a".into(), "vcenter-b".into()]
+}
+
+fn providers_of(cluster: &[String]) -> impl Fn(&str) -> bool + '_ {
+    move |p| cluster.iter().any(|c| c == p)
+}
+
+fn placed(provider: &str, fd: Option<&str>, reported: Option<&str>) -> Decision {
+    Decision::Placed(Placement {
+        provider: provider.into(),
+        failure_domain: fd.map(Into::into),
+        reported: reported.map(Into::into),
+    })
+}
+
+#[test]
+fn decide_table() {
+    let two = two();
+    let one = vec!["vcenter-a".to_string()];
+    let unpublished = |providers| ClusterView {
+        providers,
+        published: false,
+    };
+    let published = |providers| ClusterView {
+        providers,
+        published: true,
+    };
+    let new = Known::default();
+    let adopted = Known {
+        has_vm: true,
+        ..Known::default()
+    };
+    let cases: Vec<(&str, Known<'_>, ClusterView<'_>, Decision)> = vec![
+        // CAPI placed it: its name, whatever else is known.
+        (
+            "CAPI's choice",
+            Known {
+                machine_failure_domain: Some("vcenter-b/DC0/DC0_C1"),
+                recorded: Some("DC0/DC0_C0"),
+                has_vm: true,
+                ..Known::default()
+            },
+            unpublished(&two),
+            placed("vcenter-b", Some("DC0/DC0_C1"), Some("vcenter-b/DC0/DC0_C1")),
+        ),
+        (
+            "its own providerRef",
+            Known {
+                provider_ref: Some("vcenter-b"),
+                recorded: Some("DC0/DC0_C0"),
+                ..adopted
+            },
+            unpublished(&two),
+            placed("vcenter-b", None, None),
+        ),
+        // Domains not yet published (just created, or just moved).
+        (
+            "new, one Provider, nothing published: its Provider, recorded once it lands",
+            new,
+            unpublished(&one),
+            placed("vcenter-a", None, None),
+        ),
+        (
+            "adopted, one Provider, nothing published",
+            adopted,
+            unpublished(&one),
+            placed("vcenter-a", None, None),
+        ),
+        (
+            "adopted, two Providers, nothing published: look for its VM",
+            adopted,
+            unpublished(&two),
+            Decision::Locate(two.clone()),
+        ),
+        // Published.
+        (
+            "new, published: the emptiest domain",
+            new,
+            published(&two),
+            Decision::Choose,
+        ),
+        (
+            "new, one Provider, published: the emptiest domain",
+            new,
+            published(&one),
+            Decision::Choose,
+        ),
+        (
+            "adopted, published: where its VM is, never the emptiest domain",
+            adopted,
+            published(&two),
+            Decision::Locate(two.clone()),
+        ),
+        // Recorded names read back.
+        (
+            "recorded, qualified",
+            Known {
+                recorded: Some("vcenter-b/DC0/DC0_C1"),
+                ..adopted
+            },
+            published(&two),
+            placed("vcenter-b", Some("DC0/DC0_C1"), Some("vcenter-b/DC0/DC0_C1")),
+        ),
+        (
+            "recorded bare (DC0 is no Provider), one Provider",
+            Known {
+                recorded: Some("DC0/DC0_C0"),
+                ..adopted
+            },
+            published(&one),
+            placed("vcenter-a", None, None),
+        ),
+        (
+            "recorded bare, two Providers: look for its VM",
+            Known {
+                recorded: Some("DC0/DC0_C0"),
+                ..adopted
+            },
+            published(&two),
+            Decision::Locate(two.clone()),
+        ),
+        (
+            "recorded bare without a slash, no provider ID yet",
+            Known {
+                recorded: Some("rig-host"),
+                ..new
+            },
+            published(&two),
+            Decision::Locate(two.clone()),
+        ),
+        (
+            "no Provider at all",
+            adopted,
+            unpublished(&[]),
+            Decision::Wait(Unplaced {
+                reason: "NoProvider",
+                message: "no spec.providerRef, no Machine.spec.failureDomain, and the cluster's InfraCluster names no Provider".into(),
+            }),
+        ),
+    ];
+    for (what, known, cluster, want) in cases {
+        assert_eq!(
+            decide(known, cluster, providers_of(cluster.providers)),
+            want,
+            "{what}"
+        );
+    }
+    let Decision::Wait(waiting) = decide(new, unpublished(&two), providers_of(&two)) else {
+        panic!("a new machine of a two-Provider cluster waits for the failure domains");
+    };
+    assert_eq!(waiting.reason, "WaitingForFailureDomains");
+    assert!(waiting.message.contains("status.failureDomains"));
+}
+
+#[test]
+fn a_bare_backend_name_is_never_a_provider() {
+    let two = two();
+    assert_eq!(
+        resolve_recorded("vcenter-a/DC0/DC0_C0", providers_of(&two)),
+        Some(("vcenter-a", "DC0/DC0_C0"))
+    );
+    assert_eq!(resolve_recorded("DC0/DC0_C0", providers_of(&two)), None);
+    assert_eq!(resolve_recorded("rig-host", providers_of(&two)), None);
+    // A Provider that is gone names no Provider either: its VM is looked for.
+    assert_eq!(
+        resolve_recorded("vcenter-c/DC0/DC0_C0", providers_of(&two)),
+        None
+    );
+}
+
+#[test]
+fn located_is_where_the_vm_is() {
+    let at = |p: &str, fd: &str| (p.to_string(), Some(fd.to_string()));
+    assert_eq!(
+        located(&[at("vcenter-b", "DC0/DC0_C1")], &["vcenter-a".into()]),
+        Ok(Placement {
+            provider: "vcenter-b".into(),
+            failure_domain: Some("DC0/DC0_C1".into()),
+            reported: Some("vcenter-b/DC0/DC0_C1".into()),
+        })
+    );
+    // Two Providers on one vCenter both see it: the same one every time.
+    let both = [at("vcenter-b", "DC0/DC0_C1"), at("vcenter-a", "DC0/DC0_C1")];
+    assert_eq!(located(&both, &[]).unwrap().provider, "vcenter-a");
+    assert_eq!(
+        located(&[("pve".into(), None)], &[]).unwrap().reported,
+        None,
+        "a backend without failure domains reports none"
+    );
+    assert_eq!(located(&[], &[]).unwrap_err().reason, "BackendVMNotFound");
+    let unreachable = located(&[], &["vcenter-a".into()]).unwrap_err();
+    assert_eq!(unreachable.reason, "ProviderNotReady");
+    assert!(unreachable.message.contains("vcenter-a"));
+}
+
+#[test]
+fn reported_is_always_qualified() {
+    let on = |reported: Option<&str>| Placement {
+        provider: "vcenter-a".into(),
+        failure_domain: None,
+        reported: reported.map(Into::into),
+    };
+    assert_eq!(
+        reported(&on(None), Some("DC0/DC0_C0")).as_deref(),
+        Some("vcenter-a/DC0/DC0_C0")
+    );
+    assert_eq!(
+        reported(&on(Some("vcenter-a/DC0/DC0_C1")), Some("DC0/DC0_C1")).as_deref(),
+        Some("vcenter-a/DC0/DC0_C1")
+    );
+    assert_eq!(reported(&on(None), None), None);
+}
+
+proptest! {
+    /// Whatever a machine records, whatever its cluster: a machine whose VM exists is
+    /// never spread to the emptiest domain, and every placement it gets names one of
+    /// the cluster's Providers (or its own providerRef) and reads back as itself.
+    #[test]
+    fn decide_never_invents_a_provider(
+        providers in proptest::collection::btree_set("[a-z][a-z0-9-]{0,8}", 0..4),
+        recorded in proptest::option::of(prop_oneof![
+            "[A-Z][A-Za-z0-9_]{0,5}/[A-Za-z0-9_]{1,6}",
+            "[a-z][a-z0-9-]{0,8}/[A-Z][A-Za-z0-9_]{0,5}/[A-Za-z0-9_]{1,6}",
+            "[a-z][a-z0-9-]{0,8}",
+        ]),
+        has_vm in any::<bool>(),
+        published in any::<bool>(),
+    ) {
+        let providers: Vec<String> = providers.into_iter().collect();
+        let known = Known { recorded: recorded.as_deref(), has_vm, ..Known::default() };
+        let decision = decide(known, ClusterView { providers: &providers, published }, providers_of(&providers));
+        if has_vm {
+            prop_assert_ne!(&decision, &Decision::Choose);
+        }
+        if let Decision::Placed(placement) = &decision {
+            prop_assert!(providers.contains(&placement.provider), "{placement:?}");
+            if let Some(name) = &placement.reported {
+                prop_assert_eq!(
+                    resolve_recorded(name, providers_of(&providers)),
+                    Some((placement.provider.as_str(), placement.failure_domain.as_deref().unwrap_or_default()))
+                );
+            }
+            let observed = reported(placement, Some("DC0/DC0_C0")).unwrap();
+            prop_assert!(resolve_recorded(&observed, providers_of(&providers)).is_some());
+        }
+    }
+}

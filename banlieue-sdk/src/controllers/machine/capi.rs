@@ -79,9 +79,9 @@ const GROUP_LABELS: [&str; 3] = [
     "cluster.x-k8s.io/control-plane-name",
 ];
 
-/// The failure domain banlieue gave a machine CAPI left unplaced, if it gave one: the
-/// one its status reports, else the one remembered since it was chosen.
-fn already_chosen<K: Machine>(machine: &K, ctx: &Context) -> Option<String> {
+/// Where a CAPI machine was recorded to be, if anywhere: its status's failure domain,
+/// else the one banlieue chose for it and remembers until its status says so.
+fn recorded<K: Machine>(machine: &K, ctx: &Context) -> Option<String> {
     let mut ledger = ctx.capi_placements.lock().expect("capi placements");
     let uid = machine.uid().unwrap_or_default();
     if let Some(landed) = machine
@@ -103,17 +103,14 @@ pub(super) fn forget_placement(ctx: &Context, uid: &str) {
         .remove(uid);
 }
 
-/// A failure domain for a machine CAPI left unplaced: the one it already has, else
-/// the emptiest among its cluster's for its group (remembered until status says so).
+/// A failure domain for a new machine CAPI left unplaced: the emptiest among its
+/// cluster's for its group (remembered until status says so).
 fn choose<K: Machine>(
     machine: &K,
     ctx: &Context,
     domains: &capi::ClusterDomains,
     serves: impl Fn(&str) -> bool,
 ) -> Option<String> {
-    if let Some(chosen) = already_chosen(machine, ctx) {
-        return Some(chosen);
-    }
     let uid = machine.uid().unwrap_or_default();
     let mut ledger = ctx.capi_placements.lock().expect("capi placements");
     let control_plane = machine
@@ -228,14 +225,26 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
             ),
         ));
     };
-    // The InfraCluster is read only to place a machine nothing has placed yet.
-    let unplaced = owner.spec.failure_domain.is_none()
-        && machine.provider_ref().is_none()
-        && already_chosen(machine, ctx).is_none();
-    let domains = if unplaced {
-        capi::cluster_domains(ctx, &namespace, &cluster).await?
-    } else {
+    let recorded = recorded(machine, ctx);
+    let provider_ref = machine.provider_ref().map(|r| r.name.as_str());
+    let known = failure_domains::Known {
+        machine_failure_domain: owner.spec.failure_domain.as_deref(),
+        provider_ref,
+        recorded: recorded.as_deref(),
+        has_vm: machine.has_provider_id(),
+    };
+    // The InfraCluster is read only for a machine nothing has placed yet (or whose
+    // record names no Provider).
+    let placed = known.machine_failure_domain.is_some()
+        || provider_ref.is_some()
+        || recorded
+            .as_deref()
+            .and_then(|r| failure_domains::resolve_recorded(r, |p| is_provider(machine, ctx, p)))
+            .is_some();
+    let domains = if placed {
         capi::ClusterDomains::default()
+    } else {
+        capi::cluster_domains(ctx, &namespace, &cluster).await?
     };
     let when = super::plan::bootstrap_read(machine.has_provider_id(), machine.is_ready(), || {
         format_matters(ctx, &namespace)
@@ -246,17 +255,32 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
     } else {
         (BootstrapFormat::CloudConfig, None)
     };
-    let chosen = match (&owner.spec.failure_domain, machine.provider_ref()) {
-        (Some(_), _) | (None, Some(_)) => None,
-        (None, None) => choose(machine, ctx, &domains, |provider| {
-            missing(machine, ctx, provider, Some(format)).is_none_or(|m| m.is_empty())
-        }),
+    let decision = failure_domains::decide(
+        known,
+        failure_domains::ClusterView {
+            providers: &domains.providers,
+            published: !domains.failure_domains.is_empty(),
+        },
+        |p| domains.providers.iter().any(|c| c == p) || is_provider(machine, ctx, p),
+    );
+    let placed = match decision {
+        failure_domains::Decision::Placed(placement) => Ok(placement),
+        failure_domains::Decision::Wait(unplaced) => Err(unplaced),
+        failure_domains::Decision::Choose => {
+            let serves = |provider: &str| {
+                missing(machine, ctx, provider, Some(format)).is_none_or(|m| m.is_empty())
+            };
+            match choose(machine, ctx, &domains, serves) {
+                Some(chosen) => failure_domains::place(Some(&chosen), None, &domains.providers),
+                None => Err(failure_domains::Unplaced {
+                    reason: "NoFailureDomain",
+                    message: "none of the failure domains the cluster publishes may host this machine (a control-plane machine needs one marked controlPlane)".into(),
+                }),
+            }
+        }
+        failure_domains::Decision::Locate(candidates) => locate(machine, ctx, &candidates).await,
     };
-    match failure_domains::place(
-        owner.spec.failure_domain.as_deref().or(chosen.as_deref()),
-        machine.provider_ref().map(|r| r.name.as_str()),
-        &domains.providers,
-    ) {
+    match placed {
         Ok(placement) => match incapable(machine, ctx, &placement.provider, Some(format)) {
             Some(refused) => Ok(refused),
             None => Ok(Gate::Capi {
@@ -267,6 +291,43 @@ pub(super) async fn gate<K: Machine>(machine: &K, ctx: &Context) -> Result<Gate,
         },
         Err(unplaced) => Ok(waiting(unplaced.reason, unplaced.message)),
     }
+}
+
+/// Whether a Provider named `name` exists in the machine's namespace.
+fn is_provider<K: Machine>(machine: &K, ctx: &Context, name: &str) -> bool {
+    super::provider_named(machine, ctx, name).is_some()
+}
+
+/// Finds which of `candidates` (Provider names) has the machine's VM, asking each
+/// backend by the machine's provider ID and UID: for a machine whose VM exists but
+/// whose record of where was lost (`clusterctl move`, a restore) or never said which
+/// Provider. The machine is placed where its VM is, never where a spread would put it.
+pub(super) async fn locate<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    candidates: &[String],
+) -> Result<Placement, failure_domains::Unplaced> {
+    let identity = super::identity(machine);
+    let mut found = vec![];
+    let mut unreachable = vec![];
+    for name in candidates {
+        let Some(provider) = super::provider_named(machine, ctx, name) else {
+            continue;
+        };
+        let observed = match ctx.backends.for_provider(&ctx.client, &provider).await {
+            Ok(backend) => backend.observe(&identity).await,
+            Err(u) => Err(crate::backend::BackendError::transient(u.reason, u.message)),
+        };
+        match observed {
+            Ok(Some(observation)) => found.push((name.clone(), observation.failure_domain)),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::debug!(provider = %name, reason = %error.reason, "locating a machine's VM");
+                unreachable.push(name.clone());
+            }
+        }
+    }
+    failure_domains::located(&found, &unreachable)
 }
 
 /// Whether a bootstrap data format could change where a machine of `namespace` goes or
@@ -365,4 +426,39 @@ pub(super) fn standalone_incapable<K: Machine>(machine: &K, ctx: &Context) -> Op
     let provider = machine.provider_ref()?.name.clone();
     let format = machine.bootstrap().map(|b| b.format);
     incapable(machine, ctx, &provider, format)
+}
+
+/// The Providers a deleted machine's VM is looked for on when nothing recorded says
+/// which has it: its cluster's that exist, else every Provider of its namespace.
+pub(super) async fn deletion_candidates<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+) -> Result<Vec<String>, Error> {
+    let namespace = machine.namespace().unwrap_or_default();
+    let cluster = match metadata::cluster_name(machine.meta()) {
+        Some(name) => cached_cluster(ctx, &namespace, name),
+        None => None,
+    };
+    let of_cluster = match cluster {
+        Some(cluster) => capi::cluster_domains(ctx, &namespace, &cluster)
+            .await?
+            .providers
+            .into_iter()
+            .filter(|p| is_provider(machine, ctx, p))
+            .collect(),
+        None => vec![],
+    };
+    if !of_cluster.is_empty() {
+        return Ok(of_cluster);
+    }
+    let mut all: Vec<String> = ctx
+        .stores
+        .providers
+        .state()
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace.as_str()))
+        .map(|p| p.name_any())
+        .collect();
+    all.sort();
+    Ok(all)
 }

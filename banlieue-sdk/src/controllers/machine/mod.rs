@@ -340,7 +340,6 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         instance_id: machine.annotations().get(INSTANCE_ID_ANNOTATION).cloned(),
         disks_imported: machine.annotations().contains_key(COPIED_FROM_ANNOTATION),
     };
-    let reported = placement.as_ref().and_then(|p| p.reported.as_deref());
     let ensured = if request.disks_imported && backend.disk_transfer().is_none() {
         // Annotated as made on copied disks by hand, or the Provider changed class:
         // this backend cannot have them, and must not clone the image instead.
@@ -380,7 +379,18 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
                     _ => None,
                 };
                 let current = patched.as_ref().unwrap_or(machine);
-                write_status(current, ctx, Outcome::Observed(&observation), reported).await
+                // A CAPI machine reports where it is by a name that reads back as its
+                // Provider and failure domain (never the backend's bare name).
+                let reported = placement.as_ref().and_then(|p| {
+                    crate::capi::failure_domains::reported(p, observation.failure_domain.as_deref())
+                });
+                write_status(
+                    current,
+                    ctx,
+                    Outcome::Observed(&observation),
+                    reported.as_deref(),
+                )
+                .await
             };
             match recorded.await {
                 Err(error) if orphan::orphaned(machine, &error) => {
@@ -480,8 +490,10 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
         let_go(machine, ctx);
         return Ok(Action::await_change());
     }
-    let Some(provider) = deleting_provider(machine, ctx) else {
-        return provider_gone(machine, ctx).await;
+    let provider = match deleting_provider(machine, ctx).await? {
+        Deleting::On(provider) => provider,
+        Deleting::Unknown(asked) => return provider_gone(machine, ctx, &asked).await,
+        Deleting::Unreachable(error) => return delete_failed(machine, ctx, error).await,
     };
     let deleted = match ctx.backends.for_provider(&ctx.client, &provider).await {
         Ok(backend) => backend.delete(&identity(machine)).await,
@@ -498,13 +510,48 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
     }
 }
 
+/// Where a machine's VM is deleted.
+enum Deleting {
+    /// Through this Provider.
+    On(Arc<Provider>),
+    /// No Provider that exists has it; these were asked.
+    Unknown(Vec<String>),
+    /// A Provider that may have it could not be asked.
+    Unreachable(BackendError),
+}
+
 /// The Provider a machine's VM is deleted through: the one it names, else the one its
-/// status says it landed on.
-fn deleting_provider<K: Machine>(machine: &K, ctx: &Context) -> Option<Arc<Provider>> {
-    provider_of(machine, ctx).or_else(|| {
-        let landed = machine.machine_status()?.failure_domain.as_deref()?;
-        let (provider, _) = crate::capi::failure_domains::split_name(landed)?;
-        provider_named(machine, ctx, provider)
+/// recorded failure domain names, else (a CAPI machine whose status was lost in a move,
+/// or records the backend's bare failure-domain name, as releases before this one
+/// could) the one of its cluster's Providers that has its VM.
+async fn deleting_provider<K: Machine>(machine: &K, ctx: &Context) -> Result<Deleting, Error> {
+    if let Some(provider) = provider_of(machine, ctx) {
+        return Ok(Deleting::On(provider));
+    }
+    let recorded = machine
+        .machine_status()
+        .and_then(|s| s.failure_domain.as_deref());
+    if let Some((name, _)) = recorded.and_then(|r| {
+        crate::capi::failure_domains::resolve_recorded(r, |p| {
+            provider_named(machine, ctx, p).is_some()
+        })
+    }) && let Some(provider) = provider_named(machine, ctx, name)
+    {
+        return Ok(Deleting::On(provider));
+    }
+    if machine.provider_ref().is_some() || !reached_backend(machine) {
+        return Ok(Deleting::Unknown(vec![]));
+    }
+    let candidates = capi::deletion_candidates(machine, ctx).await?;
+    Ok(match capi::locate(machine, ctx, &candidates).await {
+        Ok(placement) => match provider_named(machine, ctx, &placement.provider) {
+            Some(provider) => Deleting::On(provider),
+            None => Deleting::Unknown(candidates),
+        },
+        Err(unplaced) if unplaced.reason == "ProviderNotReady" => {
+            Deleting::Unreachable(BackendError::transient(unplaced.reason, unplaced.message))
+        }
+        Err(_) => Deleting::Unknown(candidates),
     })
 }
 
@@ -519,27 +566,38 @@ fn let_go<K: Machine>(machine: &K, ctx: &Context) {
     ctx.succeeded(&key_of(machine));
 }
 
-/// The machine's Provider is gone. If the machine never reached a backend there is
-/// nothing to delete; otherwise its VM may still run, and letting go would forget it.
-async fn provider_gone<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> {
+/// The machine's Provider is gone (`asked`: the Providers that were asked for its VM
+/// and do not have it). If the machine never reached a backend there is nothing to
+/// delete; otherwise its VM may still run, and letting go would forget it.
+async fn provider_gone<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    asked: &[String],
+) -> Result<Action, Error> {
     if !reached_backend(machine) {
         let_go(machine, ctx);
         return Ok(Action::await_change());
     }
-    let named = machine
-        .provider_ref()
-        .map(|r| r.name.clone())
-        .or_else(|| {
-            let landed = machine.machine_status()?.failure_domain.as_deref()?;
-            crate::capi::failure_domains::split_name(landed).map(|(p, _)| p.to_owned())
-        })
-        .unwrap_or_default();
-    let error = BackendError::terminal(
-        PROVIDER_GONE,
-        format!(
-            "Provider {named} no longer exists, so the backend VM cannot be deleted and may still be running. Recreate Provider {named} (same class and endpoint) to finish the deletion, or remove the finalizer {MACHINE_FINALIZER} to abandon the VM"
+    let recorded = machine
+        .machine_status()
+        .and_then(|s| s.failure_domain.clone());
+    let message = match (machine.provider_ref(), recorded) {
+        (Some(r), _) => gone_message(&r.name),
+        (None, Some(recorded)) if asked.is_empty() => gone_message(
+            crate::capi::failure_domains::split_name(&recorded)
+                .map_or(recorded.as_str(), |(p, _)| p),
         ),
-    );
+        (None, recorded) => format!(
+            "no Provider is known to have this machine's VM (status.failureDomain {}; asked {}), so it cannot be deleted and may still be running. Recreate the Provider it was on (same class and endpoint), or set spec.providerRef to it, to finish the deletion, or remove the finalizer {MACHINE_FINALIZER} to abandon the VM",
+            recorded.as_deref().unwrap_or("not set"),
+            if asked.is_empty() {
+                "none".to_owned()
+            } else {
+                asked.join(", ")
+            },
+        ),
+    };
+    let error = BackendError::terminal(PROVIDER_GONE, message);
     let already = machine.machine_status().is_some_and(|s| {
         crate::conditions::get(&s.conditions, crate::conditions::types::READY)
             .is_some_and(|c| c.message.starts_with(PROVIDER_GONE))
@@ -556,6 +614,13 @@ async fn provider_gone<K: Machine>(machine: &K, ctx: &Context) -> Result<Action,
         .await;
     }
     Err(Error::ProviderGone)
+}
+
+/// The message of a machine whose Provider `named` is gone.
+fn gone_message(named: &str) -> String {
+    format!(
+        "Provider {named} no longer exists, so the backend VM cannot be deleted and may still be running. Recreate Provider {named} (same class and endpoint) to finish the deletion, or remove the finalizer {MACHINE_FINALIZER} to abandon the VM"
+    )
 }
 
 /// Why a machine's deletion waits for its Provider.

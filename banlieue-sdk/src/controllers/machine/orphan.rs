@@ -29,7 +29,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use super::{Error, Machine, deleting_provider, identity, let_go};
+use super::{Deleting, Error, Machine, deleting_provider, identity, let_go};
 use crate::backend::{BackendError, Deletion, MachineIdentity, MachineObservation};
 use crate::capi::metadata::deleted_for_move;
 use crate::controllers::MACHINE_FINALIZER;
@@ -91,14 +91,30 @@ pub(crate) async fn sweep<K: Machine>(
 
 async fn delete_vanished<K: Machine>(machine: &K, ctx: &Context) {
     tracing::warn!(machine = %key_of(machine), uid = %machine.uid().unwrap_or_default(), "machine deleted without its cleanup (the API server removed it with the finalizer on); deleting its backend VM, if any");
-    let Some(provider) = deleting_provider(machine, ctx) else {
-        give_up(
-            machine,
-            ctx,
-            &BackendError::terminal("ProviderNotFound", "its Provider is not known"),
-        )
-        .await;
-        return;
+    let provider = match deleting_provider(machine, ctx).await {
+        Ok(Deleting::On(provider)) => provider,
+        Ok(Deleting::Unreachable(error)) => {
+            give_up(machine, ctx, &error).await;
+            return;
+        }
+        Ok(Deleting::Unknown(_)) => {
+            give_up(
+                machine,
+                ctx,
+                &BackendError::terminal("ProviderNotFound", "its Provider is not known"),
+            )
+            .await;
+            return;
+        }
+        Err(error) => {
+            give_up(
+                machine,
+                ctx,
+                &BackendError::transient("KubernetesAPI", error.to_string()),
+            )
+            .await;
+            return;
+        }
     };
     match ctx.backends.for_provider(&ctx.client, &provider).await {
         Ok(backend) => delete_until_gone(machine, ctx, &backend, &identity(machine)).await,
