@@ -374,6 +374,30 @@ impl Context {
         }
     }
 
+    /// As [`Self::event`], about `related` too: Warnings about one object are counted
+    /// into one series per reason, so one naming each of several other objects (each
+    /// backend VM a Provider leaves) needs its `related` to stay apart.
+    pub async fn event_related<K: Resource<DynamicType = ()>>(
+        &self,
+        object: &K,
+        related: k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: Some(related),
+        };
+        if let Err(error) = self.events.publish(&event, &object.object_ref(&())).await {
+            tracing::debug!(%error, "could not publish event");
+        }
+    }
+
     /// How long `key` waits after a failure: 1 s, 2 s, 4 s, ... (+0–25 % jitter) per
     /// failed retry, capped at 5 minutes; a failure before the current wait ends
     /// (a watch event woke it) keeps that wait's deadline. See [`super::failure_backoff`].

@@ -91,6 +91,22 @@ impl LeftBehind {
         }
     }
 
+    /// The machine, as an Event's `related` object.
+    fn reference(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(format!(
+                "{}/{}",
+                crate::api::INFRA_GROUP,
+                crate::api::VERSION
+            )),
+            kind: Some(self.kind.clone()),
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.name.clone()),
+            uid: Some(self.uid.clone()),
+            ..Default::default()
+        }
+    }
+
     /// One line naming the VM: what to search for on the hypervisor.
     pub fn describe(&self) -> String {
         format!(
@@ -179,8 +195,9 @@ pub(crate) async fn abandon_provider(
             mark(ctx, &vm.kind, &namespace, &vm.name).await?;
         }
         vm.log("provider");
-        ctx.event(
+        ctx.event_related(
             provider,
+            vm.reference(),
             EventType::Warning,
             ABANDONED,
             "Delete",
