@@ -278,7 +278,7 @@ mod tests {
         ));
         std::os::unix::fs::symlink(dev, h.images.join("sda")).unwrap();
         assert!(matches!(
-            resolve(&h.images.join("sda"), &[h.images.clone()]),
+            resolve(&h.images.join("sda"), std::slice::from_ref(&h.images)),
             Err(Refusal::Outside { .. })
         ));
         let fifo = h.images.join("pipe");
@@ -287,19 +287,19 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success());
-        let refusal = resolve(&fifo, &[h.images.clone()]).unwrap_err();
+        let refusal = resolve(&fifo, std::slice::from_ref(&h.images)).unwrap_err();
         assert!(
             matches!(refusal, Refusal::NotAFile { what: "a FIFO", .. }),
             "{refusal:?}"
         );
-        let error = refused("disk", "/p", &refusal, &[h.images.clone()]).unwrap();
+        let error = refused("disk", "/p", &refusal, std::slice::from_ref(&h.images)).unwrap();
         assert!(
             error.message.contains("is a FIFO, not a regular file"),
             "{}",
             error.message
         );
         assert!(matches!(
-            resolve(&h.images, &[h.images.clone()]),
+            resolve(&h.images, std::slice::from_ref(&h.images)),
             Err(Refusal::NotAFile {
                 what: "a directory",
                 ..
@@ -311,7 +311,7 @@ mod tests {
     fn missing_files_are_left_to_the_caller() {
         let h = host();
         assert_eq!(
-            resolve(&h.images.join("nope.raw"), &[h.images.clone()]),
+            resolve(&h.images.join("nope.raw"), std::slice::from_ref(&h.images)),
             Err(Refusal::Missing)
         );
         let mut image = CloudHypervisorImageSource {
@@ -319,9 +319,9 @@ mod tests {
             kernel: Some(h.images.join("debian.raw").to_string_lossy().into_owned()),
             ..Default::default()
         };
-        confine(&mut image, &[h.images.clone()]).unwrap();
+        confine(&mut image, std::slice::from_ref(&h.images)).unwrap();
         image.firmware = Some(h.outside.to_string_lossy().into_owned());
-        let error = confine(&mut image, &[h.images.clone()]).unwrap_err();
+        let error = confine(&mut image, std::slice::from_ref(&h.images)).unwrap_err();
         assert!(error.message.contains("firmware"), "{}", error.message);
     }
 
