@@ -526,6 +526,12 @@ impl Backend for ChBackend {
                 message: "the image has no cloudHypervisor source".into(),
             });
         };
+        let mut confined = source.clone();
+        if let Err(refused) = crate::paths::confine(&mut confined, &self.settings.image_dirs) {
+            return Ok(ImageLookup::Missing {
+                message: format!("{}: {}", refused.reason, refused.message),
+            });
+        }
         let missing: Vec<&str> = [
             Some(&source.disk),
             source.kernel.as_ref(),
@@ -560,7 +566,11 @@ impl Backend for ChBackend {
                 ));
             }
             (None, None) => {
-                prepare::prepare(request, spec, &dir, self.settings.qcow2_overlay).await?
+                // Before anything is made: the image's host paths must be files in
+                // the allowed directories; the resolved paths are the ones used.
+                let mut confined = spec.clone();
+                crate::paths::confine(&mut confined.image, &self.settings.image_dirs)?;
+                prepare::prepare(request, &confined, &dir, self.settings.qcow2_overlay).await?
             }
         };
         match spec.power_state {

@@ -64,7 +64,8 @@
 //!
 //! **Errors.** No answer on the socket → transient `VMMUnreachable`; 400 → terminal
 //! `InvalidVMConfig`; 404/405/409 → transient `VMStateConflict`; boot 500 → terminal
-//! `BootFailed` (a missing kernel or disk); other 5xx → transient `VMMError`; binary
+//! `BootFailed` (a missing kernel or disk); an image path outside `imageDirectories`, or
+//! a device node, FIFO or directory → terminal `PathNotAllowed`; other 5xx → transient `VMMError`; binary
 //! missing → terminal `BinaryNotFound`; a VMM that exits at once → terminal
 //! `VMMStartFailed` with its log's last lines; a VMM silent for `hangTimeout` →
 //! transient `VMMHung` (killed); image disk missing → terminal `ImageNotFound`; neither
@@ -101,6 +102,7 @@
 //! | `dhcpLeases` | path | none | dnsmasq lease file for DHCP addresses |
 //! | `qcow2Disks` | `overlay` or `copy` | `overlay` | how a qcow2 image becomes a machine's disk |
 //! | `maxConcurrentCreates` | whole number, `0` for no cap | `8` | machines created at once; the rest wait with `CreateQueued` (read by the operator) |
+//! | `imageDirectories` | comma list of absolute directories | `<state dir>/images` | where an image's `disk`, `kernel` and `firmware` may be: each must resolve (symlinks, `..`) to a regular file inside one, else the machine is refused (`PathNotAllowed`) before anything is made ([`paths`]) |
 //!
 //! Not yet supported: CAPI IPAM pool addresses, Ignition bootstrap data, a remote host agent.
 #![warn(missing_docs)]
@@ -111,6 +113,7 @@ pub mod client;
 pub mod config;
 pub mod disks;
 pub mod inventory;
+pub mod paths;
 pub mod prepare;
 pub mod qcow2;
 pub mod qemu_img;

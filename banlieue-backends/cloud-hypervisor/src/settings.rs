@@ -36,6 +36,9 @@ pub struct ChSettings {
     /// qcow2 images become qcow2 overlays backed by the image (`qcow2Disks: overlay`,
     /// the default) instead of copies (`copy`).
     pub qcow2_overlay: bool,
+    /// The directories an image's disk, kernel and firmware may come from
+    /// (`imageDirectories`, default `<state dir>/images`; see [`crate::paths`]).
+    pub image_dirs: Vec<PathBuf>,
 }
 
 /// The state directory an endpoint names: `local:///var/lib/banlieue/ch`,
@@ -59,7 +62,7 @@ pub fn state_dir(endpoint: &str) -> Result<PathBuf, BackendError> {
 
 impl ChSettings {
     /// The keys this backend reads; any other key (but the operator's own) is refused.
-    pub const KEYS: [&'static str; 10] = [
+    pub const KEYS: [&'static str; 11] = [
         "shutdownTimeout",
         "restartDelay",
         "startTimeout",
@@ -70,6 +73,7 @@ impl ChSettings {
         "qcow2Disks",
         "hostName",
         "dhcpLeases",
+        crate::paths::IMAGE_DIRECTORIES_SETTING,
     ];
 
     /// Parses the connection; bad values and keys neither this backend nor the
@@ -83,8 +87,10 @@ impl ChSettings {
         endpoint: &str,
         settings: &BTreeMap<String, String>,
     ) -> Result<Self, BackendError> {
+        let state_dir = state_dir(endpoint)?;
         let mut parsed = Self {
-            state_dir: state_dir(endpoint)?,
+            image_dirs: Vec::new(),
+            state_dir,
             binary: PathBuf::from("cloud-hypervisor"),
             host_name: None,
             shutdown_timeout: Duration::from_secs(60),
@@ -139,6 +145,15 @@ impl ChSettings {
             .get("dhcpLeases")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
+        match crate::paths::parse_dirs(
+            settings
+                .get(crate::paths::IMAGE_DIRECTORIES_SETTING)
+                .map(String::as_str),
+            &parsed.state_dir,
+        ) {
+            Ok(dirs) => parsed.image_dirs = dirs,
+            Err(problem) => read.bad(problem),
+        }
         read.only("cloud-hypervisor", &Self::KEYS);
         read.finish()?;
         Ok(parsed)
@@ -168,6 +183,11 @@ mod tests {
         assert_eq!(s.start_timeout, Duration::from_secs(10));
         assert!(s.dhcp_leases.is_some());
         assert_eq!(
+            s.image_dirs,
+            vec![PathBuf::from("/var/lib/banlieue/ch/images")],
+            "images come from the state directory's images/ unless the setting says"
+        );
+        assert_eq!(
             ChSettings::parse_parts("/srv/ch", &BTreeMap::new())
                 .unwrap()
                 .binary,
@@ -186,5 +206,11 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.reason, "InvalidSettings");
         assert!(e.message.contains("restartDelay"));
+        let e = ChSettings::parse_parts(
+            "local:///x",
+            &BTreeMap::from([("imageDirectories".into(), "relative/dir".into())]),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("imageDirectories"), "{}", e.message);
     }
 }

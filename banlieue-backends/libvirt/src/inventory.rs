@@ -94,6 +94,16 @@ pub fn find_image(client: &Client, sources: &ImageSourceSet) -> Result<ImageLook
         });
     };
     let conn = client.conn()?;
+    if let Err(refused) = crate::paths::check_image(
+        &conn,
+        source,
+        client.settings.image_dirs.as_deref(),
+        client.endpoint.local,
+    ) {
+        return Ok(ImageLookup::Missing {
+            message: format!("{}: {}", refused.reason, refused.message),
+        });
+    }
     Ok(match volumes::image(&conn, source)? {
         Some(image) => ImageLookup::Available {
             resolved: image.path,

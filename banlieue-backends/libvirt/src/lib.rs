@@ -24,6 +24,7 @@
 //! | `bridges` | none | host bridges offered (comma list), published as resource `bridge` |
 //! | `waitForAddress` | `true` | a running domain on a libvirt network is not settled until it has an address |
 //! | `maxConcurrentCreates` | `8` | machines created at once (`0`: no cap); the rest wait with `CreateQueued` (read by the operator) |
+//! | `imageDirectories` | the host's active `dir`/`fs`/`netfs` pools' directories | where on the host an image may be (comma list of absolute directories): the image must be a `file` volume there, not a machine's own `bnl-` volume, and (local daemon) resolve to a regular file there, else the machine is refused (`PathNotAllowed`) before any volume is made ([`paths`]) |
 //!
 //! # Machines
 //!
@@ -64,7 +65,8 @@
 //!
 //! **Errors** ([`error`]): authentication and access → terminal `Unauthorized`; bad
 //! XML/arguments → terminal `InvalidSpec`; missing pool, network, volume or image →
-//! terminal `*NotFound`; a domain name held by another UUID → terminal
+//! terminal `*NotFound`; an image outside `imageDirectories`, a block volume or a
+//! machine's own volume → terminal `PathNotAllowed`; a domain name held by another UUID → terminal
 //! `DomainNameTaken`; connection loss → transient `Unreachable`; timeouts and busy
 //! resources → transient `Busy`; anything libvirt does not classify → transient.
 #![warn(missing_docs)]
@@ -76,6 +78,7 @@ pub mod domain;
 pub mod error;
 pub mod inventory;
 pub mod machine;
+pub mod paths;
 pub use banlieue_kit::qemu_img;
 pub mod seed;
 pub mod settings;

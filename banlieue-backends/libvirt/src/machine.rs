@@ -120,6 +120,13 @@ fn create(
     let (os_disk, data_disks) = if request.disks_imported {
         disks::imported(conn, &id.uid, spec)?
     } else {
+        // Before any volume is made: the image must be a file where images may be.
+        crate::paths::check_image(
+            conn,
+            &spec.image,
+            client.settings.image_dirs.as_deref(),
+            client.endpoint.local,
+        )?;
         from_image(conn, &pool, &id.uid, spec)?
     };
     let seed_ref = VolumeRef {

@@ -38,6 +38,9 @@ pub struct LibvirtSettings {
     /// `waitForAddress`: while a running domain on a libvirt network has no address,
     /// report it as still booting (default true).
     pub wait_for_address: bool,
+    /// `imageDirectories`: where on the host an image may be (comma list); `None`: the
+    /// directories of the host's active directory pools (see [`crate::paths`]).
+    pub image_dirs: Option<Vec<std::path::PathBuf>>,
 }
 
 impl Default for LibvirtSettings {
@@ -50,13 +53,14 @@ impl Default for LibvirtSettings {
             failure_domain: None,
             bridges: BTreeSet::new(),
             wait_for_address: true,
+            image_dirs: None,
         }
     }
 }
 
 impl LibvirtSettings {
     /// The keys this backend reads; any other key (but the operator's own) is refused.
-    pub const KEYS: [&'static str; 7] = [
+    pub const KEYS: [&'static str; 8] = [
         "domainType",
         "machine",
         "shutdownTimeout",
@@ -64,6 +68,7 @@ impl LibvirtSettings {
         "failureDomain",
         "bridges",
         "waitForAddress",
+        crate::paths::IMAGE_DIRECTORIES_SETTING,
     ];
 
     /// Parses the settings; bad values and keys neither this backend nor the operator
@@ -116,6 +121,14 @@ impl LibvirtSettings {
                 .collect();
         }
         read.flag("waitForAddress", &mut parsed.wait_for_address);
+        match crate::paths::parse_dirs(
+            settings
+                .get(crate::paths::IMAGE_DIRECTORIES_SETTING)
+                .map(String::as_str),
+        ) {
+            Ok(dirs) => parsed.image_dirs = dirs,
+            Err(problem) => read.bad(problem),
+        }
         read.only("libvirt", &Self::KEYS);
         read.finish()?;
         Ok(parsed)
@@ -146,8 +159,13 @@ mod tests {
             ("pollInterval", "250ms"),
             ("bridges", "br0, br1"),
             ("waitForAddress", "false"),
+            ("imageDirectories", "/srv/images"),
         ]))
         .unwrap();
+        assert_eq!(
+            parsed.image_dirs,
+            Some(vec![std::path::PathBuf::from("/srv/images")])
+        );
         assert_eq!(parsed.domain_type, DomainTypeSetting::Qemu);
         assert_eq!(parsed.machine.as_deref(), Some("q35"));
         assert_eq!(parsed.shutdown_timeout, Duration::from_secs(5));
@@ -162,11 +180,17 @@ mod tests {
             ("domainType", "xen"),
             ("machine", "pc'/>"),
             ("shutdownTimeout", "forever"),
+            ("imageDirectories", "images"),
         ]))
         .unwrap_err();
         assert!(!err.is_transient());
         assert_eq!(err.reason, "InvalidSettings");
-        for key in ["domainType", "machine", "shutdownTimeout"] {
+        for key in [
+            "domainType",
+            "machine",
+            "shutdownTimeout",
+            "imageDirectories",
+        ] {
             assert!(err.message.contains(key), "{}", err.message);
         }
     }

@@ -57,22 +57,34 @@ where
 
 /// The cached infra machines of `store` in `namespace` that run, or may run, on
 /// Provider `provider`: named by `spec.providerRef`, or (CAPI machines) landed in one
-/// of its failure domains. As `Kind/name`.
-pub(crate) fn on_provider<K>(store: &Store<K>, namespace: &str, provider: &str) -> Vec<String>
+/// of its failure domains.
+pub(crate) fn machines_on_provider<'a, K>(
+    store: &Store<K>,
+    namespace: &'a str,
+    provider: &'a str,
+) -> impl Iterator<Item = Arc<K>> + use<'a, K>
 where
     K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead + Clone + 'static,
 {
     store
         .state()
         .into_iter()
-        .filter(|m| m.namespace().as_deref() == Some(namespace))
-        .filter(|m| {
+        .filter(move |m| m.namespace().as_deref() == Some(namespace))
+        .filter(move |m| {
             m.provider_ref().is_some_and(|r| r.name == provider)
                 || m.machine_status()
                     .and_then(|s| s.failure_domain.as_deref())
                     .and_then(crate::capi::failure_domains::split_name)
                     .is_some_and(|(p, _)| p == provider)
         })
+}
+
+/// [`machines_on_provider`], as `Kind/name`.
+pub(crate) fn on_provider<K>(store: &Store<K>, namespace: &str, provider: &str) -> Vec<String>
+where
+    K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead + Clone + 'static,
+{
+    machines_on_provider(store, namespace, provider)
         .map(|m| format!("{}/{}", K::kind(&()), m.name_any()))
         .collect()
 }
@@ -138,6 +150,19 @@ impl Stores {
             .collect();
         all.sort();
         all
+    }
+
+    /// The backend VMs of the infra machines on Provider `provider` of `namespace`, as
+    /// they would be left behind (see [`super::orphan_backend`]).
+    pub fn left_on(
+        &self,
+        namespace: &str,
+        provider: &str,
+    ) -> Vec<super::orphan_backend::LeftBehind> {
+        self.machines
+            .iter()
+            .flat_map(|kind| kind.left_on(namespace, provider))
+            .collect()
     }
 
     /// Every cached infra machine, of all kinds.
@@ -343,6 +368,30 @@ impl Context {
             note: Some(note),
             action: action.into(),
             secondary: None,
+        };
+        if let Err(error) = self.events.publish(&event, &object.object_ref(&())).await {
+            tracing::debug!(%error, "could not publish event");
+        }
+    }
+
+    /// As [`Self::event`], about `related` too: Warnings about one object are counted
+    /// into one series per reason, so one naming each of several other objects (each
+    /// backend VM a Provider leaves) needs its `related` to stay apart.
+    pub async fn event_related<K: Resource<DynamicType = ()>>(
+        &self,
+        object: &K,
+        related: k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: Some(related),
         };
         if let Err(error) = self.events.publish(&event, &object.object_ref(&())).await {
             tracing::debug!(%error, "could not publish event");

@@ -3,8 +3,12 @@
 //! them (Proxmox VE limits concurrent clones from one template), so a burst is let
 //! through this many at a time and the rest wait with a condition that says why.
 //!
-//! A machine holds a slot from the reconcile that first asks its backend for it (no
-//! `spec.providerID` yet) until the backend reports its provider ID (the VM exists:
+//! A machine takes a slot right before it asks its backend for a machine that does
+//! not exist yet (no `spec.providerID`), after everything the create needs was read:
+//! one waiting for its bootstrap Secret or an IPAM address holds none (it only peeks,
+//! [`CreateSlots::would_admit`], so one queued behind the cap reads nothing), and a
+//! reconcile that stops before the backend gives back a slot it held. It keeps the
+//! slot until the backend reports its provider ID (the VM exists:
 //! the clone is done; booting and waiting for an address do not hold a slot, so a
 //! guest that never gets an address cannot block the Provider), a terminal error, or
 //! its deletion.
@@ -129,6 +133,26 @@ impl CreateSlots {
         Admission::Go
     }
 
+    /// What [`Self::admit`] would answer now, taking nothing: a machine asks this
+    /// before it reads what its create needs (bootstrap data, addresses), so that one
+    /// queued behind the cap reads nothing, and takes its slot only right before the
+    /// backend create.
+    pub fn would_admit(&self, provider: &str, uid: &str, cap: Option<usize>) -> Admission {
+        let providers = self.lock();
+        let Some(slots) = providers.get(provider) else {
+            return Admission::Go;
+        };
+        match cap {
+            Some(cap) if !slots.held.contains(uid) && slots.held.len() >= cap => {
+                Admission::Queued {
+                    in_flight: slots.held.len(),
+                    cap,
+                }
+            }
+            _ => Admission::Go,
+        }
+    }
+
     /// Queues machine `uid` (refused a slot by [`Self::admit`]) to be woken when one
     /// is given back; a machine already queued keeps its place.
     pub fn wait(&self, provider: &str, uid: &str, waiter: Waiter) {
@@ -248,6 +272,32 @@ mod tests {
         assert_eq!(slots.in_flight("ns/p"), (2, 2));
         assert_eq!(slots.admit("ns/p", "d", None), Admission::Go, "no cap");
         assert_eq!(slots.in_flight("ns/p"), (3, 3));
+    }
+
+    #[test]
+    fn a_peek_takes_nothing_and_answers_as_admission_would() {
+        let slots = CreateSlots::default();
+        assert_eq!(slots.would_admit("ns/p", "a", Some(1)), Admission::Go);
+        assert_eq!(slots.in_flight("ns/p"), (0, 0), "a peek holds no slot");
+        assert_eq!(slots.admit("ns/p", "a", Some(1)), Admission::Go);
+        let full = Admission::Queued {
+            in_flight: 1,
+            cap: 1,
+        };
+        assert_eq!(slots.would_admit("ns/p", "b", Some(1)), full);
+        assert_eq!(slots.admit("ns/p", "b", Some(1)), full);
+        assert_eq!(
+            slots.would_admit("ns/p", "a", Some(1)),
+            Admission::Go,
+            "the holder"
+        );
+        assert_eq!(
+            slots.would_admit("ns/p", "b", None),
+            Admission::Go,
+            "no cap"
+        );
+        slots.release("a");
+        assert_eq!(slots.would_admit("ns/p", "b", Some(1)), Admission::Go);
     }
 
     fn waiter(name: &str) -> Waiter {

@@ -148,7 +148,7 @@ pub(crate) fn find(ctx: &Context, namespace: &str, name: &str, uid: &str) -> Vec
         .collect()
 }
 
-fn api(ctx: &Context, kind: InfraMachineKind, namespace: &str) -> Api<DynamicObject> {
+pub(crate) fn api(ctx: &Context, kind: InfraMachineKind, namespace: &str) -> Api<DynamicObject> {
     let resource = ApiResource {
         group: crate::api::INFRA_GROUP.into(),
         version: crate::api::VERSION.into(),

@@ -16,7 +16,8 @@ use tokio::sync::oneshot;
 use super::Settings;
 use super::claims::ProviderIds;
 use super::context::{
-    ClaimRank, Context, MachineSummary, claim_rank, claims, on_provider, summaries,
+    ClaimRank, Context, MachineSummary, claim_rank, claims, machines_on_provider, on_provider,
+    summaries,
 };
 use super::feed::{self, MachineFeeds, Subscriber, Subscription, machine_feeds};
 use super::infra::{Existing, existing};
@@ -59,6 +60,9 @@ pub(crate) trait Slot: Send + Sync {
     fn claiming(&self, id: &str, uid: &str) -> Vec<ClaimRank>;
     /// The cached machines (`Kind/name`) on Provider `provider` of `namespace`.
     fn on_provider(&self, namespace: &str, provider: &str) -> Vec<String>;
+    /// The cached machines on Provider `provider` of `namespace`, as the backend VMs
+    /// they would leave behind (see [`super::orphan_backend`]).
+    fn left_on(&self, namespace: &str, provider: &str) -> Vec<super::orphan_backend::LeftBehind>;
     /// Every cached machine, reduced for failure-domain spreading.
     fn summaries(&self) -> Vec<MachineSummary>;
     /// The kind's shared watch, which feeds the cache and the subscriptions, and the
@@ -141,6 +145,12 @@ impl<K: MachineKind> Slot for Typed<K> {
 
     fn on_provider(&self, namespace: &str, provider: &str) -> Vec<String> {
         on_provider(&self.store, namespace, provider)
+    }
+
+    fn left_on(&self, namespace: &str, provider: &str) -> Vec<super::orphan_backend::LeftBehind> {
+        machines_on_provider(&self.store, namespace, provider)
+            .map(|m| super::orphan_backend::LeftBehind::of(m.as_ref(), provider))
+            .collect()
     }
 
     fn summaries(&self) -> Vec<MachineSummary> {

@@ -44,6 +44,7 @@ pub(crate) mod kinds;
 mod machine;
 mod metrics;
 mod object;
+mod orphan_backend;
 mod placements;
 mod provider;
 mod status_patch;
@@ -73,6 +74,13 @@ pub use prometheus_client::registry::Registry as PrometheusRegistry;
 pub const VIRTUAL_MACHINE_FINALIZER: &str = "banlieue.io/virtual-machine";
 /// Finalizer on infra machines: the backend VM must be gone first.
 pub const MACHINE_FINALIZER: &str = "infrastructure.banlieue.io/machine";
+
+/// Annotation that lets an infra machine, a VirtualMachine or a Provider being deleted
+/// go without deleting its backend VMs (value `"true"`): the escape when a backend
+/// refuses the delete or a Provider cannot be had. Every VM left behind is named, with
+/// its providerID, backend handle, Provider and machine UID, in a Warning Event
+/// (`BackendVMAbandoned`) and a log line.
+pub const ORPHAN_BACKEND_ANNOTATION: &str = "banlieue.io/orphan-backend";
 
 /// How the controllers run.
 #[derive(Clone, Debug)]

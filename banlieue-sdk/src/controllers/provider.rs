@@ -141,6 +141,12 @@ async fn cleanup(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
     // Before the machine caches have listed, "no machines" means "not known yet".
     let synced = ctx.stores_synced.is_synced();
     let holders = ctx.stores.machines_on(&namespace, &name);
+    if synced && !holders.is_empty() && super::orphan_backend::requested(&provider.metadata) {
+        // The escape hatch: every VM left behind is named, then the Provider goes.
+        super::orphan_backend::abandon_provider(provider, ctx).await?;
+        ctx.backends.forget(&namespace, &name);
+        return Ok(Action::await_change());
+    }
     if !synced || !holders.is_empty() {
         let message = deletion_blocked(&holders, synced);
         let now = Time(k8s_openapi::jiff::Timestamp::now());
@@ -201,8 +207,9 @@ fn deletion_blocked(holders: &[String], synced: bool) -> String {
         named.push_str(&format!(" and {} more", holders.len() - NAMED_HOLDERS));
     }
     format!(
-        "deletion waits for {} machine(s) still on this Provider: {named}. Delete their VirtualMachines (or Cluster API Machines) first: their backend VMs are deleted through this Provider",
-        holders.len()
+        "deletion waits for {} machine(s) still on this Provider: {named}. Delete their VirtualMachines (or Cluster API Machines) first: their backend VMs are deleted through this Provider. To let it go now and leave their backend VMs behind, annotate it {}=true",
+        holders.len(),
+        super::ORPHAN_BACKEND_ANNOTATION
     )
 }
 
@@ -359,6 +366,10 @@ mod tests {
         let message = deletion_blocked(&few, true);
         assert!(message.starts_with("deletion waits for 2 machine(s) still on this Provider: LibvirtMachine/a, CloudHypervisorMachine/b."), "{message}");
         assert!(!message.contains("more"), "{message}");
+        assert!(
+            message.contains("annotate it banlieue.io/orphan-backend=true"),
+            "the way out: {message}"
+        );
         let many: Vec<String> = (0..8).map(|i| format!("VSphereMachine/m{i}")).collect();
         let message = deletion_blocked(&many, true);
         assert!(

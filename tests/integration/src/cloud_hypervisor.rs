@@ -155,7 +155,35 @@ impl ChRig {
                 "dhcpLeases".into(),
                 self.leases.to_string_lossy().into_owned(),
             ),
+            ("imageDirectories".into(), self.image_directories()),
         ])
+    }
+
+    /// The Provider's `imageDirectories`: the rig's own directory (the fake's kernel
+    /// and disks, [`ChRig::qcow2_image`]), and those of a real binary's kernel,
+    /// firmware and disk.
+    pub fn image_directories(&self) -> String {
+        let mut dirs = vec![self._dir.path().to_string_lossy().into_owned()];
+        for name in [
+            "BANLIEUE_CH_KERNEL",
+            "BANLIEUE_CH_FIRMWARE",
+            "BANLIEUE_CH_DISK",
+        ] {
+            if let Some(parent) = env(name)
+                .as_deref()
+                .and_then(|p| Path::new(p).parent())
+                .map(|p| p.to_string_lossy().into_owned())
+                && !dirs.contains(&parent)
+            {
+                dirs.push(parent);
+            }
+        }
+        dirs.join(",")
+    }
+
+    /// The rig's own directory, where its images are (and the test may put others).
+    pub fn root(&self) -> &Path {
+        self._dir.path()
     }
 
     /// The Provider's endpoint.

@@ -521,6 +521,98 @@ async fn addresses_come_from_an_ipam_pool_and_are_released() {
     assert!(addresses.get_opt("m-ip-0").await.unwrap().is_some());
 }
 
+/// Machines waiting for an IPAM address hold no create slot: on a Provider capped at
+/// two creates at once (`maxConcurrentCreates: "2"`), three machines whose pool never
+/// allocates wait `WaitingForIPAddress`, and a fourth with a static address is still
+/// created. (Before the fix the slot was taken before the address wait: two of the
+/// three held both slots forever, and the fourth stayed `CreateQueued`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_waiting_for_an_address_do_not_hold_create_slots() {
+    let Some(_capi) = Capi::start() else { return };
+    let ns = banlieue_testenv::namespace("capi-ipam-slots").await;
+    let client = ns.client.clone();
+    let _operator = Operator::start_with(
+        as_banlieue_controller(&client).await,
+        &ns.name,
+        Duration::from_secs(10),
+    );
+    let mut provider = sim_provider(&ns.name, "vc1", "zone-a");
+    provider["spec"]["settings"]["maxConcurrentCreates"] = json!("2");
+    apply(&client, &ns.name, &provider).await.unwrap();
+    let pool =
+        json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "empty"});
+    let machine = |name: &str, ipam: Value| {
+        let mut spec = vsphere_machine_spec();
+        spec["providerRef"] = json!({"name": "vc1"});
+        spec["network"] = json!([{"networkName": "VM Network", "ipam": ipam}]);
+        json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "VSphereMachine",
+               "metadata": {"name": name}, "spec": spec})
+    };
+    let machines: Api<VSphereMachine> = Api::namespaced(client.clone(), &ns.name);
+    let reason = |m: &VSphereMachine| {
+        m.status
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, "Ready"))
+            .map(|c| c.reason.clone())
+            .unwrap_or_default()
+    };
+    let waiting = ["p0", "p1", "p2"];
+    for name in waiting {
+        apply(
+            &client,
+            &ns.name,
+            &machine(name, json!({"mode": "pool", "poolRef": pool})),
+        )
+        .await
+        .unwrap();
+    }
+    // Settled: each waits for its address, or (without the fix) for a slot that the
+    // other two hold while they wait for theirs.
+    for name in waiting {
+        wait_for(&machines, name, WAIT, |m| {
+            matches!(reason(m).as_str(), "WaitingForIPAddress" | "CreateQueued")
+        })
+        .await;
+    }
+    apply(
+        &client,
+        &ns.name,
+        &machine(
+            "fixed",
+            json!({"mode": "static", "addresses": ["10.20.0.9/24"], "gateway": "10.20.0.1"}),
+        ),
+    )
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let fixed = machines.get("fixed").await.unwrap();
+        if fixed.spec.provider_id.is_some() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the machine with a static address was not created within 60 s while three wait for addresses: Ready reason {:?}, message {:?}",
+            reason(&fixed),
+            fixed
+                .status
+                .as_ref()
+                .and_then(|s| conditions::get(&s.conditions, "Ready"))
+                .map(|c| c.message.clone())
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for name in waiting {
+        let m = machines.get(name).await.unwrap();
+        assert_eq!(
+            reason(&m),
+            "WaitingForIPAddress",
+            "{name} still waits for its address (and was never built)"
+        );
+        assert!(m.spec.provider_id.is_none(), "{name} has no VM");
+    }
+}
+
 /// The same contract on a real backend: a Cluster whose VSphereCluster spans two
 /// vCenters (two vcsims) publishes the failure domains of both; a CAPI Machine placed
 /// in the second becomes a clone there (and only there) carrying the Machine's

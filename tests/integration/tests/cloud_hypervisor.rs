@@ -946,3 +946,88 @@ async fn a_killed_operator_process_leaves_its_vmms_running_and_the_next_adopts_t
     assert!(!rig.machine_dir(&uid).exists());
     rig.assert_conformant();
 }
+
+/// Host paths are confined to the Provider's `imageDirectories`: a machine whose
+/// image disk is `/etc/shadow`, or a symlink in the allowed directory pointing out of
+/// it, or whose kernel is a device node, is refused with `PathNotAllowed` naming the
+/// path and the allowed directories, and nothing is made on the host (no machine
+/// directory, no VMM). A machine on the rig's own image beside them is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_paths_outside_the_allowed_directories_are_refused_before_anything_is_made() {
+    let rig = ChRig::new(FAKE, Guest::Exit);
+    let (ns, _operator) = world("ch-paths", &rig).await;
+    let machines: Api<CloudHypervisorMachine> = ns.api();
+    let escape = rig.root().join("escape.raw");
+    std::os::unix::fs::symlink("/etc/shadow", &escape).expect("a symlink out");
+    let machine = |name: &str, field: &str, path: &str| {
+        let mut image = rig.image.clone();
+        image[field] = json!(path);
+        json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "CloudHypervisorMachine",
+               "metadata": {"name": name},
+               "spec": {"providerRef": {"name": "ch"}, "image": image, "cpus": 1, "memoryMiB": 256,
+                        "network": [{"macAddress": "52:54:00:c0:ff:21"}]}})
+    };
+    let cases = [
+        ("shadow", "disk", "/etc/shadow".to_owned(), "/etc/shadow"),
+        (
+            "link",
+            "disk",
+            escape.to_string_lossy().into_owned(),
+            "/etc/shadow",
+        ),
+        ("device", "kernel", "/dev/null".to_owned(), "/dev/null"),
+    ];
+    for (name, field, path, _) in &cases {
+        apply(&ns.client, &ns.name, &machine(name, field, path))
+            .await
+            .unwrap();
+    }
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("fine", "disk", rig.image["disk"].as_str().unwrap()),
+    )
+    .await
+    .unwrap();
+    let allowed = rig.root().display().to_string();
+    for (name, field, path, resolved) in &cases {
+        let refused = wait_for(&machines, name, WAIT, |m| {
+            ready_reason(m).is_some_and(|(_, _, message)| message.starts_with("PathNotAllowed"))
+        })
+        .await;
+        let (status, reason, message) = ready_reason(&refused).unwrap();
+        eprintln!("{name}: {reason}: {message}");
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "TerminalFailure")
+        );
+        assert!(
+            message.contains(&format!("image's {field} {path}"))
+                && message.contains(&format!("resolving to {resolved}"))
+                && message.contains(&allowed),
+            "{name}: {message}"
+        );
+        assert!(refused.spec.provider_id.is_none(), "{name}: no VM");
+        let uid = refused.metadata.uid.unwrap();
+        assert!(
+            !rig.machine_dir(&uid).exists()
+                && !rig.state_dir.join(format!("{uid}.partial")).exists(),
+            "{name}: nothing made on the host"
+        );
+        assert!(rig.vmm_pids(&uid).is_empty(), "{name}: no VMM");
+    }
+    let fine = wait_for(&machines, "fine", WAIT, |m| m.spec.provider_id.is_some()).await;
+    assert!(rig.machine_dir(&fine.metadata.uid.unwrap()).exists());
+    for (name, ..) in &cases {
+        machines
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_gone(&machines, name, WAIT).await;
+    }
+    machines
+        .delete("fine", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&machines, "fine", WAIT).await;
+}

@@ -449,3 +449,173 @@ async fn a_machine_copying_another_machines_provider_id_neither_adopts_nor_delet
     wait_gone(&vms, "owner", WAIT).await;
     assert!(operator.sim.machines(&endpoint).is_empty());
 }
+
+/// The escape hatch's annotation (`banlieue_sdk::controllers::ORPHAN_BACKEND_ANNOTATION`).
+const ORPHAN: &str = "banlieue.io/orphan-backend";
+
+/// Makes every backend delete on the sim Provider fail terminally (think: credentials
+/// revoked, a locked VM), and waits until the operator has reconnected with it.
+async fn refuse_deletes(ns: &TestNamespace) {
+    let providers: Api<Provider> = ns.api();
+    providers
+        .patch(
+            "sim",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"settings": {"failureRate": "1",
+                "failureKinds": "terminal", "failureCalls": "delete"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for(&providers, "sim", WAIT, |p| {
+        p.status.as_ref().and_then(|s| s.observed_generation) == p.metadata.generation
+    })
+    .await;
+}
+
+async fn annotate<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {ORPHAN: "true"}}})),
+    )
+    .await
+    .unwrap();
+}
+
+fn note(event: &Event) -> String {
+    event.note.clone().unwrap_or_default()
+}
+
+/// A backend that refuses to delete keeps the machine (and its VM) with
+/// `DeleteFailed`, saying how to get out; `banlieue.io/orphan-backend: "true"` on the
+/// VirtualMachine lets both go without the backend delete, and a Warning Event names
+/// the VM left behind, which still exists on the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_whose_backend_refuses_to_delete_goes_only_when_annotated_and_names_its_vm() {
+    let (ns, operator, endpoint) = sim_world("orphan-vm").await;
+    let vms: Api<VirtualMachine> = ns.api();
+    let machines: Api<LibvirtMachine> = ns.api();
+    apply(&ns.client, &ns.name, &sim_vm(&ns, "locked", "sim"))
+        .await
+        .unwrap();
+    wait_for(&vms, "locked", WAIT, ready).await;
+    let machine = machines.get("locked").await.unwrap();
+    let provider_id = machine.spec.provider_id.clone().expect("a providerID");
+    let uid = machine.uid().unwrap();
+    refuse_deletes(&ns).await;
+
+    vms.delete("locked", &DeleteParams::default())
+        .await
+        .unwrap();
+    let stuck = wait_for(&machines, "locked", WAIT, |m| {
+        ready_reason(&m.status.clone().unwrap_or_default().conditions).starts_with("DeleteFailed")
+    })
+    .await;
+    let message = ready_reason(&stuck.status.unwrap().conditions);
+    assert!(
+        message.contains(&format!(
+            "annotate it (or its VirtualMachine) {ORPHAN}=true"
+        )),
+        "the condition says the way out: {message}"
+    );
+    // Without the annotation nothing goes, however long.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(vms.get_opt("locked").await.unwrap().is_some());
+    assert!(machines.get_opt("locked").await.unwrap().is_some());
+    assert!(events(&ns, "BackendVMAbandoned").await.is_empty());
+
+    annotate(&vms, "locked").await;
+    wait_gone(&machines, "locked", WAIT).await;
+    wait_gone(&vms, "locked", WAIT).await;
+    let abandoned = events(&ns, "BackendVMAbandoned").await;
+    assert_eq!(abandoned.len(), 1, "{abandoned:?}");
+    let said = note(&abandoned[0]);
+    eprintln!("Event: {said}");
+    assert_eq!(abandoned[0].type_.as_deref(), Some("Warning"));
+    for part in [
+        format!("providerID {provider_id}"),
+        "Provider sim".to_owned(),
+        format!("LibvirtMachine/{}/locked", ns.name),
+        format!("UID {uid}"),
+    ] {
+        assert!(said.contains(&part), "{part:?} in {said}");
+    }
+    assert_eq!(
+        operator.sim.machines(&endpoint).len(),
+        1,
+        "the backend VM was left behind, not deleted"
+    );
+}
+
+/// A Provider being deleted while machines are on it waits; annotated, it goes at
+/// once, naming every backend VM it leaves (one Event each): the machine already being
+/// deleted (whose backend refuses) gets the annotation and goes too, the other stays
+/// unmanaged. Both VMs still exist on the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_annotated_provider_lets_go_and_names_every_vm_it_leaves() {
+    let (ns, operator, endpoint) = sim_world("orphan-prov").await;
+    let vms: Api<VirtualMachine> = ns.api();
+    let machines: Api<LibvirtMachine> = ns.api();
+    let providers: Api<Provider> = ns.api();
+    for name in ["going", "staying"] {
+        apply(&ns.client, &ns.name, &sim_vm(&ns, name, "sim"))
+            .await
+            .unwrap();
+    }
+    let mut ids = vec![];
+    for name in ["going", "staying"] {
+        wait_for(&vms, name, WAIT, ready).await;
+        let id = machines.get(name).await.unwrap().spec.provider_id.unwrap();
+        ids.push(id);
+    }
+    refuse_deletes(&ns).await;
+    vms.delete("going", &DeleteParams::default()).await.unwrap();
+    wait_for(&machines, "going", WAIT, |m| {
+        ready_reason(&m.status.clone().unwrap_or_default().conditions).starts_with("DeleteFailed")
+    })
+    .await;
+    providers
+        .delete("sim", &DeleteParams::default())
+        .await
+        .unwrap();
+    let message = blocked(&providers, "sim", WAIT).await;
+    assert!(
+        message.contains(&format!("annotate it {ORPHAN}=true")),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(providers.get_opt("sim").await.unwrap().is_some());
+
+    annotate(&providers, "sim").await;
+    wait_gone(&providers, "sim", WAIT).await;
+    wait_gone(&vms, "going", WAIT).await;
+    let on_provider: Vec<String> = events(&ns, "BackendVMAbandoned")
+        .await
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Provider"))
+        .map(note)
+        .collect();
+    eprintln!("Provider Events: {on_provider:#?}");
+    assert_eq!(on_provider.len(), 2, "one per VM left: {on_provider:?}");
+    for (id, name) in ids.iter().zip(["going", "staying"]) {
+        assert!(
+            on_provider
+                .iter()
+                .any(|n| n.contains(&format!("providerID {id}"))
+                    && n.contains(&format!("LibvirtMachine/{}/{name}", ns.name))),
+            "{name}'s VM {id} is named: {on_provider:?}"
+        );
+    }
+    assert!(
+        machines.get_opt("staying").await.unwrap().is_some(),
+        "a machine not being deleted stays"
+    );
+    assert_eq!(
+        operator.sim.machines(&endpoint).len(),
+        2,
+        "both backend VMs were left behind, not deleted"
+    );
+}

@@ -516,3 +516,100 @@ async fn backend_errors_are_classified_and_delete_sweeps_leftovers() {
         "{err}"
     );
 }
+
+/// Image paths are confined to where images may be on the libvirt host (here the
+/// default: the directories of its active directory pools, i.e. the rig's pool): a
+/// machine whose image path is `/etc/shadow`, one whose image is a volume that is a
+/// symlink in the pool pointing out of it, and one whose image is `..` out of the
+/// pool are refused `PathNotAllowed` naming the image and the directories, before
+/// any volume or domain is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_outside_the_allowed_directories_are_refused_before_anything_is_made() {
+    let Some(rig) = LibvirtRig::start() else {
+        return;
+    };
+    let ns = world(&rig, "libvirt-paths").await;
+    let _operator = operator(&ns, Arc::new(LibvirtFactory::new()));
+    let conn = rig.connect();
+    let pool = conn.lookup_storage_pool_by_name(POOL).expect("pool");
+    let pool_dir = banlieue_backend_libvirt::paths::pool_dir(&pool.xml_desc(0).expect("pool XML"))
+        .expect("the rig's pool is a directory pool");
+    let outside = pool_dir.with_file_name("outside.qcow2");
+    std::fs::write(&outside, b"not for guests").expect("a file outside the pool");
+    std::os::unix::fs::symlink(&outside, pool_dir.join("escape.qcow2")).expect("a symlink out");
+    pool.refresh(0).expect("refresh");
+    assert!(
+        rig.volumes().contains(&"escape.qcow2".to_owned()),
+        "libvirt lists the symlink as a volume of the pool: {:?}",
+        rig.volumes()
+    );
+    let volumes_before = rig.volumes();
+    let machines: Api<LibvirtMachine> = ns.api();
+    let machine = |name: &str, image: serde_json::Value| {
+        json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachine",
+               "metadata": {"name": name},
+               "spec": {"providerRef": {"name": "host"}, "image": image, "storagePool": POOL,
+                        "cpus": 1, "memoryMiB": 128, "firmware": "bios",
+                        "network": [{"network": NETWORK}]}})
+    };
+    let dotdot = format!("{}/../outside.qcow2", pool_dir.display());
+    let cases = [
+        (
+            "shadow",
+            json!({"path": "/etc/shadow"}),
+            "/etc/shadow".to_owned(),
+        ),
+        (
+            "link",
+            json!({"volume": {"pool": POOL, "name": "escape.qcow2"}}),
+            std::fs::canonicalize(&outside)
+                .unwrap()
+                .display()
+                .to_string(),
+        ),
+        (
+            "dotdot",
+            json!({"path": dotdot}),
+            outside.display().to_string(),
+        ),
+    ];
+    for (name, image, _) in &cases {
+        apply(&ns.client, &ns.name, &machine(name, image.clone()))
+            .await
+            .unwrap();
+    }
+    for (name, _, resolved) in &cases {
+        let refused = wait_for(&machines, name, Duration::from_secs(60), |m| {
+            m.status.as_ref().is_some_and(|s| {
+                conditions::get(&s.conditions, "Ready")
+                    .is_some_and(|c| c.message.starts_with("PathNotAllowed"))
+            })
+        })
+        .await;
+        let ready = conditions::get(&refused.status.as_ref().unwrap().conditions, "Ready")
+            .unwrap()
+            .clone();
+        eprintln!("{name}: {}: {}", ready.reason, ready.message);
+        assert_eq!(ready.reason, "TerminalFailure", "{name}");
+        assert!(
+            ready.message.contains(&format!("(at {resolved})"))
+                && ready.message.contains(&pool_dir.display().to_string()),
+            "{name}: names where it leads and the allowed directories: {}",
+            ready.message
+        );
+        assert!(refused.spec.provider_id.is_none(), "{name}");
+    }
+    assert!(
+        rig.domains().is_empty(),
+        "no domain defined: {:?}",
+        rig.domains()
+    );
+    assert_eq!(rig.volumes(), volumes_before, "no volume made");
+    for (name, ..) in &cases {
+        machines
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_gone(&machines, name, Duration::from_secs(60)).await;
+    }
+}

@@ -11,7 +11,8 @@
 //! existed. A machine that never reached a backend then lets go at once; one that may
 //! have a backend VM keeps its finalizer and says `DeleteFailed: ProviderGone` (the VM
 //! would otherwise be forgotten, still running), until the Provider is recreated or the
-//! finalizer is removed by hand to abandon the VM.
+//! machine is annotated `banlieue.io/orphan-backend: "true"` to leave the VM behind
+//! (`super::orphan_backend`, which names it in an Event and the log).
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -35,11 +36,11 @@ mod ipam;
 pub(crate) mod orphan;
 mod plan;
 
-use super::MACHINE_FINALIZER;
 use super::context::{Context, key_of};
 use super::feed::Subscription;
 use super::status_write;
 use super::watch;
+use super::{MACHINE_FINALIZER, ORPHAN_BACKEND_ANNOTATION};
 use crate::api::Provider;
 use crate::api::common::BootstrapFormat;
 use crate::backend::{
@@ -288,10 +289,12 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             return stopped(machine, ctx, stop).await;
         }
     };
-    let creating = match create_cap::admit_create(machine, ctx, provider, &backend) {
-        Ok(creating) => creating,
-        Err(stop) => return stopped(machine, ctx, stop).await,
-    };
+    // Only a peek: a machine queued behind the cap reads nothing; one that waits for
+    // its bootstrap Secret or an address below takes no slot (it is taken right
+    // before the backend), so waiting machines cannot block a Provider's creates.
+    if let Err(stop) = create_cap::may_create(machine, ctx, provider, &backend) {
+        return stopped(machine, ctx, stop).await;
+    }
     // Placement is behind us: the format decides nothing more here.
     let when = plan::bootstrap_read(machine.has_provider_id(), machine.is_ready(), || false);
     let bootstrap_ref = match (capi_bootstrap, machine.bootstrap()) {
@@ -305,7 +308,8 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
     let bootstrap = match bootstrap_ref {
         None => None,
         Some((secret, format, read)) => {
-            match read_bootstrap(ctx, machine, &secret, format, read).await? {
+            let read = read_bootstrap(ctx, machine, &secret, format, read).await;
+            match read.inspect_err(|_| create_cap::release_create(machine, ctx))? {
                 Some(data) => Some(data),
                 None => {
                     let stop = plan::Stop::Waiting {
@@ -318,7 +322,8 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             }
         }
     };
-    let spec = match ipam::ensure(machine, ctx, machine.backend_spec()).await? {
+    let addresses = ipam::ensure(machine, ctx, machine.backend_spec()).await;
+    let spec = match addresses.inspect_err(|_| create_cap::release_create(machine, ctx))? {
         ipam::Addresses::Resolved(spec) => *spec,
         ipam::Addresses::Waiting { reason, message } => {
             let stop = plan::Stop::Waiting {
@@ -339,6 +344,10 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         bootstrap,
         instance_id: machine.annotations().get(INSTANCE_ID_ANNOTATION).cloned(),
         disks_imported: machine.annotations().contains_key(COPIED_FROM_ANNOTATION),
+    };
+    let creating = match create_cap::admit_create(machine, ctx, provider, &backend) {
+        Ok(creating) => creating,
+        Err(stop) => return stopped(machine, ctx, stop).await,
     };
     let ensured = if request.disks_imported && backend.disk_transfer().is_none() {
         // Annotated as made on copied disks by hand, or the Provider changed class:
@@ -437,11 +446,16 @@ fn action<K: Machine>(machine: &K, ctx: &Context, retry: plan::Retry) -> Action 
 }
 
 /// Writes what a reconcile that stops before the backend says, and when it looks again.
+/// A create slot it holds (from an earlier reconcile whose create did not finish) is
+/// given back: a machine that waits creates nothing meanwhile.
 async fn stopped<K: Machine>(
     machine: &K,
     ctx: &Context,
     stop: plan::Stop,
 ) -> Result<Action, Error> {
+    if !create_cap::is_queued(&stop) {
+        create_cap::release_create(machine, ctx);
+    }
     let retry = match &stop {
         plan::Stop::Quiet => return Ok(Action::await_change()),
         plan::Stop::Paused(message) => {
@@ -467,6 +481,15 @@ async fn cleanup<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error
     if deleted_for_move(machine.meta()) {
         // clusterctl move recreated this object elsewhere, where it adopts the VM by
         // its providerID: the VM lives on.
+        let_go(machine, ctx);
+        return Ok(Action::await_change());
+    }
+    // The escape hatch, asked for by a human (or passed on from its VirtualMachine or
+    // Provider): before the pause, which it would otherwise wait out.
+    if super::orphan_backend::requested(machine.meta()) {
+        let provider = provider_name(machine).unwrap_or_default();
+        super::orphan_backend::abandon_machine(machine, ctx, &provider).await;
+        ipam::release(machine, ctx).await?;
         let_go(machine, ctx);
         return Ok(Action::await_change());
     }
@@ -588,7 +611,7 @@ async fn provider_gone<K: Machine>(
                 .map_or(recorded.as_str(), |(p, _)| p),
         ),
         (None, recorded) => format!(
-            "no Provider is known to have this machine's VM (status.failureDomain {}; asked {}), so it cannot be deleted and may still be running. Recreate the Provider it was on (same class and endpoint), or set spec.providerRef to it, to finish the deletion, or remove the finalizer {MACHINE_FINALIZER} to abandon the VM",
+            "no Provider is known to have this machine's VM (status.failureDomain {}; asked {}), so it cannot be deleted and may still be running. Recreate the Provider it was on (same class and endpoint), or set spec.providerRef to it, to finish the deletion, or annotate this machine (or its VirtualMachine) {ORPHAN_BACKEND_ANNOTATION}=true to let it go and leave the VM behind",
             recorded.as_deref().unwrap_or("not set"),
             if asked.is_empty() {
                 "none".to_owned()
@@ -616,10 +639,19 @@ async fn provider_gone<K: Machine>(
     Err(Error::ProviderGone)
 }
 
+/// The name of the Provider a machine runs on: the one it names, else the one its
+/// status says it landed on (for the record of what an escape hatch abandons).
+fn provider_name<K: Machine>(machine: &K) -> Option<String> {
+    machine.provider_ref().map(|r| r.name.clone()).or_else(|| {
+        let landed = machine.machine_status()?.failure_domain.as_deref()?;
+        crate::capi::failure_domains::split_name(landed).map(|(p, _)| p.to_owned())
+    })
+}
+
 /// The message of a machine whose Provider `named` is gone.
 fn gone_message(named: &str) -> String {
     format!(
-        "Provider {named} no longer exists, so the backend VM cannot be deleted and may still be running. Recreate Provider {named} (same class and endpoint) to finish the deletion, or remove the finalizer {MACHINE_FINALIZER} to abandon the VM"
+        "Provider {named} no longer exists, so the backend VM cannot be deleted and may still be running. Recreate Provider {named} (same class and endpoint) to finish the deletion, or annotate this machine (or its VirtualMachine) {ORPHAN_BACKEND_ANNOTATION}=true to let it go and leave the VM behind"
     )
 }
 
@@ -648,8 +680,14 @@ fn reached_backend<K: Machine>(machine: &K) -> bool {
 async fn delete_failed<K: Machine>(
     machine: &K,
     ctx: &Context,
-    error: BackendError,
+    mut error: BackendError,
 ) -> Result<Action, Error> {
+    if !error.is_transient() {
+        // Retried anyway, but it may never pass: say how to get out.
+        error.message.push_str(&format!(
+            ". To let this machine go and leave its backend VM behind, annotate it (or its VirtualMachine) {ORPHAN_BACKEND_ANNOTATION}=true"
+        ));
+    }
     write_status(machine, ctx, Outcome::DeleteFailed(&error), None).await?;
     if !error.is_transient() {
         ctx.event(

@@ -579,7 +579,12 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     let remaining = !existing.is_empty();
     ctx.unseen_machines
         .seen(&uid, existing.iter().map(|e| e.kind));
+    let orphan = super::orphan_backend::requested(vm.meta());
     for e in &existing {
+        if orphan && !super::orphan_backend::requested_in(&e.annotations) {
+            // The escape hatch goes to the machine, which names its VM and lets go.
+            super::orphan_backend::mark(ctx, e.kind.kind(), &namespace, &e.name).await?;
+        }
         if !e.deleting {
             infra::delete(ctx, &namespace, e).await?;
             ctx.metrics.wrote(NAME);

@@ -1,0 +1,292 @@
+//! The escape hatch for what cannot be cleaned up: the annotation
+//! [`ORPHAN_BACKEND_ANNOTATION`](super::ORPHAN_BACKEND_ANNOTATION) `: "true"`.
+//!
+//! - On an infra machine being deleted: its finalizer goes without the backend delete
+//!   (a backend that refuses it: bad credentials, a locked VM; or its Provider gone).
+//! - On a VirtualMachine being deleted: its infra machines get the annotation, and go
+//!   the same way.
+//! - On a Provider being deleted while machines are still on it: it lets go. The
+//!   machines being deleted get the annotation (they would otherwise wait for the
+//!   Provider forever); the others stay, their VMs running and no longer managed
+//!   (`ProviderNotFound`) until the Provider is recreated.
+//!
+//! Whatever the object, every backend VM left behind is named, with what a human
+//! needs to find it (providerID, backend handle, Provider, the machine's
+//! kind/namespace/name/UID), in a Warning Event (`BackendVMAbandoned`) and a warning
+//! log line. Nothing else forgets a VM: without the annotation a machine whose VM may
+//! exist keeps its finalizer.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::EventType;
+use serde_json::json;
+
+use super::ORPHAN_BACKEND_ANNOTATION;
+use super::context::Context;
+use crate::api::Provider;
+use crate::contract::InfraMachineRead;
+
+/// Reason of the Events naming a backend VM left behind.
+pub(crate) const ABANDONED: &str = "BackendVMAbandoned";
+
+/// Field manager of the annotation when banlieue passes it on.
+const FIELD_MANAGER: &str = "banlieue-orphan-backend";
+
+/// Whether `annotations` ask to leave the backend behind (the value `"true"`).
+pub(crate) fn requested_in(annotations: &BTreeMap<String, String>) -> bool {
+    annotations
+        .get(ORPHAN_BACKEND_ANNOTATION)
+        .is_some_and(|v| v.trim() == "true")
+}
+
+/// Whether the object asks to leave its backend behind.
+pub(crate) fn requested(meta: &ObjectMeta) -> bool {
+    meta.annotations.as_ref().is_some_and(requested_in)
+}
+
+/// A backend VM left behind, as a human finds it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LeftBehind {
+    /// The infra machine's kind.
+    pub kind: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its UID (the backend's key for the VM: libvirt domain UUID, the VM's
+    /// `banlieue.io` tag or description on vSphere and Proxmox).
+    pub uid: String,
+    /// `spec.providerID`, when the backend reported one.
+    pub provider_id: Option<String>,
+    /// `status.backendRef`: moref, `node/vmid`, domain name, API socket.
+    pub backend_ref: Option<String>,
+    /// The Provider it ran on (empty when unknown).
+    pub provider: String,
+    /// Whether the machine is being deleted.
+    pub deleting: bool,
+}
+
+impl LeftBehind {
+    /// What `machine` leaves behind on Provider `provider`.
+    pub fn of<K>(machine: &K, provider: &str) -> Self
+    where
+        K: InfraMachineRead + kube::Resource<DynamicType = ()>,
+    {
+        let status = machine.machine_status();
+        Self {
+            kind: K::kind(&()).into_owned(),
+            namespace: machine.namespace().unwrap_or_default(),
+            name: machine.name_any(),
+            uid: machine.uid().unwrap_or_default(),
+            provider_id: machine
+                .provider_id()
+                .filter(|id| !id.is_empty())
+                .map(str::to_owned),
+            backend_ref: status.and_then(|s| s.backend_ref.clone()),
+            provider: provider.to_owned(),
+            deleting: machine.meta().deletion_timestamp.is_some(),
+        }
+    }
+
+    /// The machine, as an Event's `related` object.
+    fn reference(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(format!(
+                "{}/{}",
+                crate::api::INFRA_GROUP,
+                crate::api::VERSION
+            )),
+            kind: Some(self.kind.clone()),
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.name.clone()),
+            uid: Some(self.uid.clone()),
+            ..Default::default()
+        }
+    }
+
+    /// One line naming the VM: what to search for on the hypervisor.
+    pub fn describe(&self) -> String {
+        format!(
+            "providerID {}, backend {}, Provider {}, machine {}/{}/{} (UID {})",
+            self.provider_id.as_deref().unwrap_or("(none recorded)"),
+            self.backend_ref.as_deref().unwrap_or("(none recorded)"),
+            if self.provider.is_empty() {
+                "(unknown)"
+            } else {
+                &self.provider
+            },
+            self.kind,
+            self.namespace,
+            self.name,
+            self.uid
+        )
+    }
+
+    /// Logs it as left behind, by `by` (what asked).
+    fn log(&self, by: &str) {
+        tracing::warn!(
+            provider_id = self.provider_id.as_deref().unwrap_or(""),
+            backend_ref = self.backend_ref.as_deref().unwrap_or(""),
+            provider = %self.provider,
+            kind = %self.kind,
+            namespace = %self.namespace,
+            name = %self.name,
+            uid = %self.uid,
+            by,
+            "backend VM abandoned ({ORPHAN_BACKEND_ANNOTATION}): it is not deleted and no longer managed; delete it on the hypervisor by hand if it should go"
+        );
+    }
+}
+
+/// The note of the Event on a machine that lets go without its backend delete.
+pub(crate) fn machine_note(left: &LeftBehind) -> String {
+    format!(
+        "{ORPHAN_BACKEND_ANNOTATION}: the backend VM is left behind, not deleted: {}. Delete it on the hypervisor by hand if it should go",
+        left.describe()
+    )
+}
+
+/// The note of the Event on a Provider that lets go, for one VM it leaves.
+pub(crate) fn provider_note(provider: &str, left: &LeftBehind) -> String {
+    let what = if left.deleting {
+        "its machine goes without deleting it"
+    } else {
+        "its machine stays, unmanaged (ProviderNotFound) until the Provider is recreated"
+    };
+    format!(
+        "{ORPHAN_BACKEND_ANNOTATION}: Provider {provider} lets go; the backend VM is left behind ({what}): {}",
+        left.describe()
+    )
+}
+
+/// A machine asked to go without its backend delete: the Event and log line naming
+/// its VM. The caller then lets it go.
+pub(crate) async fn abandon_machine<K>(machine: &K, ctx: &Context, provider: &str)
+where
+    K: InfraMachineRead + kube::Resource<DynamicType = ()>,
+{
+    let left = LeftBehind::of(machine, provider);
+    left.log("machine");
+    ctx.event(
+        machine,
+        EventType::Warning,
+        ABANDONED,
+        "Delete",
+        machine_note(&left),
+    )
+    .await;
+}
+
+/// A Provider asked to go while machines are still on it: names every VM it leaves
+/// (one Event on the Provider each, and a log line), and passes the annotation to the
+/// machines already being deleted, which would otherwise wait for it forever.
+pub(crate) async fn abandon_provider(
+    provider: &Provider,
+    ctx: &Context,
+) -> Result<(), kube::Error> {
+    let namespace = provider.namespace().unwrap_or_default();
+    let name = provider.name_any();
+    let left = ctx.stores.left_on(&namespace, &name);
+    for vm in &left {
+        if vm.deleting {
+            mark(ctx, &vm.kind, &namespace, &vm.name).await?;
+        }
+        vm.log("provider");
+        ctx.event_related(
+            provider,
+            vm.reference(),
+            EventType::Warning,
+            ABANDONED,
+            "Delete",
+            provider_note(&name, vm),
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// Passes the annotation to infra machine `kind`/`name`, unless it is gone.
+pub(crate) async fn mark(
+    ctx: &Context,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<(), kube::Error> {
+    let Some(kind) = ctx.kinds.get(kind).map(|entry| entry.kind()) else {
+        return Ok(());
+    };
+    let api = super::infra::api(ctx, kind, namespace);
+    let patch = json!({"metadata": {"annotations": {ORPHAN_BACKEND_ANNOTATION: "true"}}});
+    match api
+        .patch(
+            name,
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn left(deleting: bool) -> LeftBehind {
+        LeftBehind {
+            kind: "LibvirtMachine".into(),
+            namespace: "ns".into(),
+            name: "web-1".into(),
+            uid: "u-1".into(),
+            provider_id: Some("libvirt://u-1".into()),
+            backend_ref: Some("ns.web-1".into()),
+            provider: "lab".into(),
+            deleting,
+        }
+    }
+
+    #[test]
+    fn only_true_asks() {
+        let with = |v: &str| BTreeMap::from([(ORPHAN_BACKEND_ANNOTATION.to_owned(), v.to_owned())]);
+        assert!(requested_in(&with("true")));
+        assert!(requested_in(&with(" true ")));
+        for no in ["", "false", "yes", "True1"] {
+            assert!(!requested_in(&with(no)), "{no:?}");
+        }
+        assert!(!requested_in(&BTreeMap::new()));
+        assert!(!requested(&ObjectMeta::default()));
+    }
+
+    #[test]
+    fn the_notes_name_everything_a_human_needs_to_find_the_vm() {
+        let note = machine_note(&left(true));
+        for part in [
+            "providerID libvirt://u-1",
+            "backend ns.web-1",
+            "Provider lab",
+            "LibvirtMachine/ns/web-1",
+            "UID u-1",
+            "not deleted",
+        ] {
+            assert!(note.contains(part), "{part:?} in {note}");
+        }
+        let mut unknown = left(false);
+        unknown.provider_id = None;
+        unknown.backend_ref = None;
+        unknown.provider = String::new();
+        let note = provider_note("lab", &unknown);
+        assert!(note.contains("providerID (none recorded)"), "{note}");
+        assert!(note.contains("Provider (unknown)"), "{note}");
+        assert!(note.contains("until the Provider is recreated"), "{note}");
+        assert!(provider_note("lab", &left(true)).contains("goes without deleting it"));
+    }
+}
