@@ -69,7 +69,9 @@ fn mine(events: &[Value]) -> Vec<&Value> {
 
 fn is_secret(e: &Value) -> bool {
     e["objectRef"]["resource"] == "secrets"
-        && e["objectRef"]["apiGroup"].as_str().unwrap_or("") == ""
+        && e["objectRef"]["apiGroup"]
+            .as_str()
+            .is_none_or(str::is_empty)
 }
 
 async fn wait_until<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {

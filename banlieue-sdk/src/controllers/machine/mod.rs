@@ -630,7 +630,7 @@ async fn read_bootstrap<K: Machine>(
     // goes: a backend that echoes a create request would otherwise publish them.
     let secrets = ["value", "network-config"]
         .into_iter()
-        .filter_map(|key| text(key))
+        .filter_map(text)
         .flat_map(|t| crate::scrub::bootstrap_secrets(&t));
     crate::scrub::global().register(
         &bootstrap_source(&machine.uid().unwrap_or_default()),
