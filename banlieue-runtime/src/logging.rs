@@ -42,9 +42,54 @@ pub fn parse_directives(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Stderr, one scrubbed line per log event.
-fn scrubbed_stderr() -> impl for<'a> MakeWriter<'a> + Send + Sync + 'static {
+/// Stderr, one scrubbed line per log event: the writer for an embedder that installs
+/// its own subscriber ([`Logging::Installed`]) and wants banlieue's scrubbing.
+pub fn scrubbed_stderr() -> impl for<'a> MakeWriter<'a> + Send + Sync + 'static {
     || ScrubbedWriter::new(std::io::stderr())
+}
+
+/// Who installs the process's logger ([`crate::RunConfig::logging`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Logging {
+    /// [`crate::run`] installs the scrubbing logger on stderr ([`init`]) as it starts:
+    /// the default, so an embedder's logs lose credentials without doing anything.
+    Install {
+        /// How lines look.
+        format: LogFormat,
+        /// Filter directives (see [`directives`]).
+        directives: String,
+    },
+    /// The embedder installed the global subscriber itself before [`crate::run`]
+    /// (`banlieue run` does, with [`init`]): an explicit opt-out, which leaves
+    /// scrubbing to that subscriber's writer (use [`scrubbed_stderr`], or wrap yours in
+    /// `banlieue_sdk::scrub::ScrubbedWriter`).
+    Installed,
+}
+
+impl Default for Logging {
+    /// [`Logging::Install`], plain lines, `RUST_LOG` else `info`.
+    fn default() -> Self {
+        Self::Install {
+            format: LogFormat::Plain,
+            directives: directives(None, std::env::var("RUST_LOG").ok().as_deref()),
+        }
+    }
+}
+
+impl Logging {
+    /// Installs the logger when it is ours to install.
+    pub fn apply(&self) -> anyhow::Result<()> {
+        match self {
+            Self::Install { format, directives } => init(*format, directives).map_err(|e| {
+                e.context(
+                    "a global logger is already installed: to keep yours, set \
+                     RunConfig.logging to Logging::Installed (and write through \
+                     logging::scrubbed_stderr so credentials stay out of it)",
+                )
+            }),
+            Self::Installed => Ok(()),
+        }
+    }
 }
 
 /// Installs the global subscriber.
@@ -75,6 +120,25 @@ mod tests {
         assert_eq!(directives(None, Some("warn,kube=debug")), "warn,kube=debug");
         assert_eq!(directives(None, None), "info");
         assert_eq!(directives(None, Some("")), "info");
+    }
+
+    #[test]
+    fn the_runtime_installs_the_scrubbing_logger_unless_told_not_to() {
+        assert!(matches!(Logging::default(), Logging::Install { .. }));
+        // The first install takes; a second is refused with what to do.
+        let install = Logging::Install {
+            format: LogFormat::Json,
+            directives: "info".into(),
+        };
+        install.apply().expect("the first logger installs");
+        let again = install.apply().expect_err("a second global logger");
+        assert!(
+            format!("{again:#}").contains("Logging::Installed"),
+            "{again:#}"
+        );
+        Logging::Installed
+            .apply()
+            .expect("opting out installs nothing");
     }
 
     #[test]

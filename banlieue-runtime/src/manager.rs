@@ -11,6 +11,7 @@ use prometheus_client::registry::Registry;
 
 use crate::client::ClientConfig;
 use crate::leader::{LeaderConfig, LeaderElection, LeaderStatus};
+use crate::logging::Logging;
 use crate::shutdown::{Stop, StopReason};
 use crate::{client, diagnostics, health, shutdown};
 
@@ -33,12 +34,15 @@ pub struct RunConfig {
     pub shutdown_timeout: Duration,
     /// What the controllers watch and how.
     pub settings: Settings,
+    /// Who installs the logger: by default [`run`] installs the scrubbing one.
+    pub logging: Logging,
 }
 
 /// Runs the controllers for the backends in `registry` until SIGTERM/SIGINT (`Ok`,
 /// after draining and releasing the Lease) or until leadership is lost or the
 /// controllers die (`Err`: exit non-zero, the pod restarts cleanly).
 pub async fn run(config: RunConfig, registry: BackendRegistry) -> anyhow::Result<()> {
+    config.logging.apply()?;
     let classes: Vec<&str> = registry.classes().map(|c| c.as_str()).collect();
     tracing::info!(
         backends = %classes.join(", "),

@@ -1,6 +1,12 @@
 //! Condition helpers in the Kubernetes (and Cluster API v1beta2) style: one entry per
 //! type, `lastTransitionTime` moves only when the status flips, `observedGeneration`
 //! records which spec the condition describes.
+//!
+//! [`set`] is the one way banlieue writes a condition, and so the chokepoint for
+//! their messages: every message passes through the [`crate::scrub::global`]
+//! scrubber here, whatever produced it (a backend error already scrubbed where it was
+//! returned, or a message built from a Secret's content, an endpoint's answer, or a
+//! value nobody thought of as secret).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -80,8 +86,9 @@ impl<'a> Desired<'a> {
     }
 }
 
-/// Sets a condition in `conditions`, keeping `lastTransitionTime` unless the status
-/// flips. Returns true when anything changed.
+/// Sets a condition in `conditions`, its message scrubbed of every registered secret
+/// value, keeping `lastTransitionTime` unless the status flips. Returns true when
+/// anything changed.
 pub fn set(
     conditions: &mut Vec<Condition>,
     desired: Desired<'_>,
@@ -92,7 +99,7 @@ pub fn set(
         type_: desired.type_.to_owned(),
         status: desired.status.as_str().to_owned(),
         reason: desired.reason.to_owned(),
-        message: desired.message.to_owned(),
+        message: crate::scrub::global().scrub(desired.message).into_owned(),
         observed_generation: generation,
         last_transition_time,
     };
@@ -200,5 +207,29 @@ mod tests {
         assert!(remove(&mut conditions, "Migrating"));
         assert!(!remove(&mut conditions, "Migrating"));
         assert!(is_true(&conditions, "Ready"));
+    }
+
+    #[test]
+    fn every_message_is_scrubbed_where_it_is_set() {
+        // A message no backend produced (so nothing upstream scrubbed it): built from
+        // a value that is registered as secret.
+        let secret = "conditions-chokepoint-9d1e";
+        crate::scrub::global().register("test/conditions", [secret]);
+        let mut conditions = Vec::new();
+        let message = format!(
+            "the endpoint answered {} and refused",
+            secret.to_uppercase()
+        );
+        set(
+            &mut conditions,
+            Desired::new("Ready", Status::False, "X").message(&message),
+            None,
+            &at(1),
+        );
+        crate::scrub::global().forget("test/conditions");
+        assert_eq!(
+            conditions[0].message,
+            "the endpoint answered [redacted] and refused"
+        );
     }
 }

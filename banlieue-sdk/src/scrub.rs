@@ -12,6 +12,9 @@
 //!   escaped and encoded forms; and inside a larger base64 blob (an echoed request
 //!   body, `user:password` in a basic-auth header), through the characters that
 //!   encode only the value's bytes at each of the three byte alignments;
+//! - hex-encoded (`70617373...`, as an endpoint dumping the request's bytes echoes it);
+//! - in any letter case: matching ignores ASCII case, so a value echoed upper-cased
+//!   (or its hex in upper case) is found too;
 //! - line by line for a multi-line value (a PEM key echoed one line at a time), PEM
 //!   armor lines (`-----BEGIN ...`) excepted: they are not secret.
 //!
@@ -117,6 +120,25 @@ impl Scrubber {
         self.register(source, std::iter::empty::<&str>());
     }
 
+    /// Registers `values` for as long as the returned [`Held`] lives: for secrets a
+    /// backend derives while it works (a session ticket or cookie), which are scrubbed
+    /// from the login that made them to the drop of the session that holds them.
+    pub fn hold<I, S>(&'static self, values: I) -> Held
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Not a `namespace/name`: no Provider's source can collide with it.
+        let source = format!("held:{n}");
+        self.register(&source, values);
+        Held {
+            scrubber: self,
+            source,
+        }
+    }
+
     /// `message` without any registered value, in any of its forms.
     pub fn scrub<'a>(&self, message: &'a str) -> Cow<'a, str> {
         let patterns = self
@@ -134,6 +156,85 @@ impl Scrubber {
             Cow::Borrowed(_) => message,
             Cow::Owned(scrubbed) => scrubbed,
         }
+    }
+}
+
+/// The secrets inside bootstrap data (cloud-config or Ignition user data), to register
+/// while the machine that boots with it lives: kubeadm bootstrap tokens
+/// (`abcdef.0123456789abcdef`, as `kubeadm join` takes them), kubeadm certificate keys
+/// (the 64 hex digits after `certificate-key` / `certificateKey`, which decrypt the
+/// control plane's certificates) and PEM private keys. Not the whole user data: it is
+/// mostly public boilerplate (`#cloud-config`, `runcmd:`), and registering it would
+/// redact every message quoting a line of it.
+pub fn bootstrap_secrets(user_data: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = user_data.as_bytes();
+    let token_char = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    for (dot, _) in user_data.match_indices('.') {
+        let (Some(start), end) = (dot.checked_sub(6), dot + 17) else {
+            continue;
+        };
+        if end > b.len()
+            || !b[start..dot].iter().all(|&c| token_char(c))
+            || !b[dot + 1..end].iter().all(|&c| token_char(c))
+            || (start > 0 && token_char(b[start - 1]))
+            || b.get(end).is_some_and(|&c| token_char(c))
+        {
+            continue;
+        }
+        out.push(user_data[start..end].to_owned());
+        // The token's secret half alone: kubeadm logs and echoes the ID apart.
+        out.push(user_data[dot + 1..end].to_owned());
+    }
+    let lower = user_data.to_ascii_lowercase();
+    for marker in ["certificate-key", "certificatekey"] {
+        for (at, _) in lower.match_indices(marker) {
+            let rest = &user_data[at + marker.len()..];
+            let value = rest.trim_start_matches([' ', '=', ':', '"', '\'', '\t']);
+            let hex = value.bytes().take_while(u8::is_ascii_hexdigit).count();
+            if hex == 64 {
+                out.push(value[..hex].to_owned());
+            }
+        }
+    }
+    let mut rest = user_data;
+    while let Some(begin) = rest.find("-----BEGIN ") {
+        let block = &rest[begin..];
+        let Some(end) = block.find("-----END ") else {
+            break;
+        };
+        let end = block[end..].find('\n').map_or(block.len(), |n| end + n);
+        let pem = &block[..end];
+        if pem
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains("PRIVATE KEY"))
+        {
+            // Each line trimmed: in a cloud-config the key is indented YAML.
+            out.push(pem.lines().map(str::trim).collect::<Vec<_>>().join("\n"));
+        }
+        rest = &block[end..];
+    }
+    out
+}
+
+/// Values registered by [`Scrubber::hold`], forgotten when this is dropped.
+pub struct Held {
+    scrubber: &'static Scrubber,
+    source: String,
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.scrubber.forget(&self.source);
     }
 }
 
@@ -158,7 +259,9 @@ impl Patterns {
         let mut patterns = Self::default();
         for form in all {
             let bytes = form.into_bytes().into_boxed_slice();
-            patterns.by_first[usize::from(bytes[0])].push(bytes);
+            // Matching ignores ASCII case: patterns are found by their lower-cased
+            // first byte.
+            patterns.by_first[usize::from(bytes[0].to_ascii_lowercase())].push(bytes);
             patterns.count += 1;
         }
         patterns
@@ -172,7 +275,8 @@ impl Patterns {
         // Merged [start, end) byte ranges covered by some match.
         let mut spans: Vec<(usize, usize)> = Vec::new();
         for at in 0..m.len() {
-            let firsts = [Some(m[at]), percent(m, at), (m[at] == b'+').then_some(b' ')];
+            let firsts = [Some(m[at]), percent(m, at), (m[at] == b'+').then_some(b' ')]
+                .map(|first| first.map(|b| b.to_ascii_lowercase()));
             let end = firsts
                 .into_iter()
                 .flatten()
@@ -233,17 +337,21 @@ fn percent(m: &[u8], at: usize) -> Option<u8> {
     Some((hex(*m.get(at + 1)?)? << 4) | hex(*m.get(at + 2)?)?)
 }
 
-/// Where `pattern` ends in `m` when it starts at `at`, each of its bytes as it is,
-/// percent-encoded, or (a space) as `+`.
+/// Where `pattern` ends in `m` when it starts at `at`, each of its bytes as it is (in
+/// either ASCII case), percent-encoded, or (a space) as `+`.
 fn match_at(m: &[u8], at: usize, pattern: &[u8]) -> Option<usize> {
-    if m[at..].starts_with(pattern) {
+    if m[at..]
+        .get(..pattern.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(pattern))
+    {
         return Some(at + pattern.len());
     }
+    let same = |a: Option<u8>, b: u8| a.is_some_and(|a| a.eq_ignore_ascii_case(&b));
     let mut j = at;
     for &p in pattern {
-        if percent(m, j) == Some(p) {
+        if same(percent(m, j), p) {
             j += 3;
-        } else if m.get(j) == Some(&p) || (p == b' ' && m.get(j) == Some(&b'+')) {
+        } else if same(m.get(j).copied(), p) || (p == b' ' && m.get(j) == Some(&b'+')) {
             j += 1;
         } else {
             return None;
@@ -288,6 +396,8 @@ fn forms(value: &str) -> Vec<String> {
             }
             out.push(text);
         }
+        // Case is ignored when matching: the lower-case hex finds the upper-case too.
+        out.push(atom.bytes().map(|b| format!("{b:02x}")).collect());
     }
     out.retain(|form| form.len() >= MIN_SECRET_LEN);
     out
@@ -494,6 +604,29 @@ mod tests {
     }
 
     #[test]
+    fn hex_and_other_letter_cases_are_replaced() {
+        let secret = "Tr0ub4dor&3-p@ss";
+        let s = scrubber(&[secret]);
+        let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+        for form in [
+            hex.clone(),
+            hex.to_uppercase(),
+            secret.to_uppercase(),
+            secret.to_lowercase(),
+            percent_encode(&secret.to_uppercase(), false),
+            b64(secret).to_lowercase(),
+        ] {
+            let scrubbed = s.scrub_owned(format!("echo: <{form}> end"));
+            assert_eq!(scrubbed, "echo: <[redacted]> end", "form {form:?}");
+        }
+        // Case-blind, not careless: the rest of the message keeps its case.
+        assert_eq!(
+            s.scrub_owned(format!("Login FAILED for {} on VC", secret.to_uppercase())),
+            "Login FAILED for [redacted] on VC"
+        );
+    }
+
+    #[test]
     fn a_value_inside_a_larger_base64_blob_is_replaced() {
         let s = scrubber(&["correct-horse-battery"]);
         for prefix in ["", "u", "us", "user:", "username=root&password="] {
@@ -611,6 +744,72 @@ mod tests {
     }
 
     #[test]
+    fn bootstrap_data_gives_its_tokens_keys_and_private_keys() {
+        let key = "-----BEGIN EC PRIVATE KEY-----\n      MHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRTBnVJk5bZAq6fVqlgz0oAoGCCqGSM49\n      AwEHoUQDQgAEdHFtR2M8w6v7nbYvHKOdGyPnkZwqXlrKqzQlGcRqAMgYbkPB2XzG\n      -----END EC PRIVATE KEY-----";
+        let user_data = format!(
+            "#cloud-config\nruncmd:\n  - kubeadm join 10.0.0.1:6443 --token abcdef.0123456789abcdef \
+             --discovery-token-ca-cert-hash sha256:{hash} --control-plane \
+             --certificate-key {ck}\nwrite_files:\n  - path: /etc/k.key\n    content: |\n      {key}\n  - path: /etc/ca.crt\n    content: |\n      -----BEGIN CERTIFICATE-----\n      MIIBdzCCAR2gAwIBAgIBADAKBggqhkjOPQQDAjAjMSEwHwYDVQQDDBhrM3Mtc2Vy\n      -----END CERTIFICATE-----\n",
+            hash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            ck = "9a1f0c3e5b7d2f4a6c8e0b1d3f5a7c9e1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a",
+        );
+        let found = bootstrap_secrets(&user_data);
+        assert!(
+            found.contains(&"abcdef.0123456789abcdef".to_owned()),
+            "{found:?}"
+        );
+        assert!(found.contains(&"0123456789abcdef".to_owned()), "{found:?}");
+        assert!(
+            found.contains(
+                &"9a1f0c3e5b7d2f4a6c8e0b1d3f5a7c9e1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a".to_owned()
+            ),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|v| v
+                    .contains("MHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRTBnVJk5bZAq6fVqlgz0oAoGCCqGSM49")),
+            "{found:?}"
+        );
+        // Public parts stay readable: the CA hash, the certificate, the boilerplate.
+        let s = scrubber(&found.iter().map(String::as_str).collect::<Vec<_>>());
+        let scrubbed = s.scrub(&user_data);
+        assert!(!scrubbed.contains("0123456789abcdef"), "{scrubbed}");
+        assert!(!scrubbed.contains("9a1f0c3e5b7d"), "{scrubbed}");
+        assert!(!scrubbed.contains("MHcCAQEEIBkg4LVWM9nu"), "{scrubbed}");
+        assert!(
+            scrubbed.contains("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        );
+        assert!(
+            scrubbed.contains("MIIBdzCCAR2gAwIBAgIBADAKBggqhkjOPQQDAjAjMSEwHwYDVQQDDBhrM3Mtc2Vy")
+        );
+        assert!(
+            scrubbed.starts_with("#cloud-config\nruncmd:\n  - kubeadm join 10.0.0.1:6443 --token ")
+        );
+        // Not tokens: versions, host names, longer runs.
+        assert!(
+            bootstrap_secrets("image: registry.k8s.io/pause:3.9 host abcdefg.0123456789abcdef")
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn held_values_are_scrubbed_while_held() {
+        let ticket = "PVE:root@pam:held-ticket-5e1f";
+        let held = global().hold([ticket]);
+        assert_eq!(
+            global().scrub(&format!("cookie {ticket}")),
+            "cookie [redacted]"
+        );
+        drop(held);
+        assert_eq!(
+            global().scrub(&format!("cookie {ticket}")),
+            format!("cookie {ticket}")
+        );
+    }
+
+    #[test]
     fn the_writer_scrubs_whole_lines_on_drop() {
         let secret = "writer-test-secret-7f3a";
         global().register("test/writer", [secret]);
@@ -642,10 +841,13 @@ mod tests {
                 percent_encode(&secret, true),
                 b64(&secret),
                 base64(secret.as_bytes(), URL_SAFE, false),
+                secret.to_uppercase(),
+                secret.bytes().map(|b| format!("{b:02X}")).collect(),
             ] {
                 let scrubbed = s.scrub_owned(format!("{prefix}{form}{suffix}"));
                 prop_assert!(scrubbed.contains(REDACTED));
                 prop_assert!(!scrubbed.contains(&secret), "{}", scrubbed);
+                prop_assert!(!scrubbed.contains(&form), "{}", scrubbed);
             }
         }
 

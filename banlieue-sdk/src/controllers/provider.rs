@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::Api;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -46,19 +47,26 @@ pub(crate) async fn run(
     let providers = controller.store();
     let by_secret = providers.clone();
     let by_config_map = providers.clone();
+    // Secrets are watched for their metadata only (a change bumps resourceVersion):
+    // the operator never lists or watches any Secret's content, and reads only the
+    // Secrets a Provider names, one GET each when it reconciles that Provider.
+    let secret_changes = kube::runtime::watcher(
+        watch::namespaced::<PartialObjectMeta<Secret>>(&ctx.client, &ctx.settings),
+        watch::unfiltered(),
+    )
+    .backoff(watch::backoff())
+    .touched_objects()
+    .filter_map(|secret| futures::future::ready(secret.ok()))
+    .flat_map(move |secret| {
+        futures::stream::iter(referencing(
+            &by_secret,
+            &secret.namespace().unwrap_or_default(),
+            &secret.name_any(),
+            true,
+        ))
+    });
     controller
-        .watches(
-            watch::namespaced::<Secret>(&ctx.client, &ctx.settings),
-            watch::unfiltered(),
-            move |secret| {
-                referencing(
-                    &by_secret,
-                    &secret.namespace().unwrap_or_default(),
-                    &secret.name_any(),
-                    true,
-                )
-            },
-        )
+        .reconcile_on(secret_changes)
         .watches(
             watch::namespaced::<ConfigMap>(&ctx.client, &ctx.settings),
             watch::unfiltered(),

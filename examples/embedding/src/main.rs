@@ -36,6 +36,7 @@ use anyhow::Context as _;
 use banlieue_runtime::RunConfig;
 use banlieue_runtime::client::{ClientConfig, DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS};
 use banlieue_runtime::leader::LeaderConfig;
+use banlieue_runtime::logging::Logging;
 use banlieue_sdk::controllers::Settings;
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -82,6 +83,10 @@ async fn main() -> anyhow::Result<()> {
         }),
         shutdown_timeout: Duration::from_secs(10),
         settings: Settings::default(),
+        // The runtime installs its scrubbing logger: credentials (and the session
+        // secrets and bootstrap tokens registered while they live) never reach this
+        // operator's logs. `Logging::Installed` opts out, for a logger of your own.
+        logging: Logging::default(),
     };
     let banlieue = banlieue_runtime::run(config, registry);
 

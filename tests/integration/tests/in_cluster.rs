@@ -168,6 +168,21 @@ async fn the_operator_runs_in_a_pod_from_its_image_and_makes_a_vm_ready() {
         refused.is_empty(),
         "the apiserver refused the operator: {refused:#?}"
     );
+    // Secrets only through the verbs the ClusterRole documents (bins/banlieue's rbac.rs;
+    // tests/secrets_rbac.rs checks the lists are metadata-only).
+    let secret_verbs: Vec<String> = mine
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "secrets")
+        .map(|e| e["verb"].as_str().unwrap_or("").to_owned())
+        .collect();
+    let outside: Vec<&String> = secret_verbs
+        .iter()
+        .filter(|v| !["create", "delete", "get", "list", "patch", "watch"].contains(&v.as_str()))
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "Secret requests outside the documented verbs: {outside:?}"
+    );
     let used = verbs_used(&mine, me);
     eprintln!(
         "in-cluster: {} requests by {me}, none refused; verbs used:\n  {}",

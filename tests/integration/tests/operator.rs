@@ -814,6 +814,67 @@ async fn bootstrap_data_reaches_the_backend_and_never_the_status() {
     assert!(secrets.get_opt("v-bootstrap").await.unwrap().is_none());
 }
 
+/// Finding 3 of issue 37: whoever may create a VirtualMachine `x` could have the
+/// operator overwrite, then delete, the Secret `x-bootstrap` of its namespace. A
+/// Secret of that name that is not the VM's own copy is now neither written nor
+/// deleted, and the VM says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_secret_named_like_the_bootstrap_copy_is_neither_overwritten_nor_deleted() {
+    let (ns, _operator, class, image) = world("bootstrap-conflict", json!({})).await;
+    for object in [
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "user-data"},
+               "stringData": {"value": "#cloud-config\n"}}),
+        // Someone else's Secret, which happens to (or is made to) carry the name.
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x-bootstrap"},
+               "stringData": {"tls.key": "the database's key"}}),
+    ] {
+        apply(&ns.client, &ns.name, &object).await.unwrap();
+    }
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = ns.api();
+    let before = secrets.get("x-bootstrap").await.unwrap();
+    let mut object = vm("x", &class, &image, Some("sim"));
+    object["spec"]["bootstrap"] =
+        json!({"format": "cloud-config", "userData": {"name": "user-data"}});
+    apply(&ns.client, &ns.name, &object).await.unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    let refused = wait_for(&vms, "x", WAIT, |vm| {
+        condition(vm, "InfrastructureReady").is_some_and(|c| c.reason == "BootstrapSecretConflict")
+    })
+    .await;
+    assert!(!is_ready(&refused));
+    let message = condition(&refused, "InfrastructureReady")
+        .unwrap()
+        .message
+        .clone();
+    assert!(
+        message.contains("x-bootstrap") && message.contains("it has no owner"),
+        "the condition names the Secret and its owner: {message}"
+    );
+    let machines: Api<LibvirtMachine> = ns.api();
+    assert!(
+        machines.get_opt("x").await.unwrap().is_none(),
+        "no machine is made with someone else's Secret as its bootstrap data"
+    );
+    let after = secrets.get("x-bootstrap").await.unwrap();
+    assert_eq!(
+        after.data, before.data,
+        "the foreign Secret was overwritten"
+    );
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+
+    vms.delete("x", &DeleteParams::default()).await.unwrap();
+    wait_gone(&vms, "x", WAIT).await;
+    let kept = secrets
+        .get_opt("x-bootstrap")
+        .await
+        .unwrap()
+        .expect("the foreign Secret was deleted with the VM");
+    assert_eq!(kept.data, before.data);
+}
+
 /// A client of the shared control plane that records each request it sends as
 /// `METHOD /path` (query left out), to count what the operator asks of the apiserver.
 async fn recording_client(seen: Arc<Mutex<Vec<String>>>) -> kube::Client {

@@ -106,7 +106,11 @@ fn percent(s: &str, form: bool) -> String {
     out
 }
 
-/// The secret raw, base64 (whole value: standard, URL-safe unpadded; and the part of
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The secret raw, upper-cased, hex (either case), base64 (whole value: standard, URL-safe unpadded; and the part of
 /// a larger blob that encodes only the secret, at each byte alignment, standard and
 /// URL-safe) and URL-encoded.
 fn forms(secret: &str) -> Vec<(String, String)> {
@@ -120,6 +124,9 @@ fn forms(secret: &str) -> Vec<(String, String)> {
             percent(secret, false).to_lowercase(),
         ),
         ("form".to_owned(), percent(secret, true)),
+        ("hex".to_owned(), hex(secret)),
+        ("HEX".to_owned(), hex(secret).to_uppercase()),
+        ("UPPER".to_owned(), secret.to_uppercase()),
     ];
     for offset in 0..3 {
         let mut shifted = vec![0u8; offset];
@@ -244,11 +251,13 @@ struct Request {
 fn echo(request: &Request) -> String {
     let text = &request.text;
     format!(
-        "rejected this request: {text} | base64 {} | base64url {} | urlencoded {} | form {}",
+        "rejected this request: {text} | base64 {} | base64url {} | urlencoded {} | form {} | hex {} | upper {}",
         STANDARD.encode(text),
         URL_SAFE_NO_PAD.encode(text),
         percent(text, false),
         percent(text, true),
+        hex(text).to_uppercase(),
+        text.to_uppercase(),
     )
 }
 
@@ -425,6 +434,8 @@ async fn vsphere_login_faults_echoing_the_password_are_scrubbed() {
         "scrub@vsphere.local",
         "| base64 ",
         "| urlencoded ",
+        "| hex ",
+        "| upper ",
     ] {
         assert!(message.contains(kept), "{kept:?} missing from: {message}");
     }
@@ -623,4 +634,249 @@ async fn libvirt_keys_echoed_whole_or_line_by_line_are_scrubbed() {
             assert!(message.contains(kept), "{kept:?} missing from: {message}");
         }
     }
+}
+
+// --- session secrets: the vCenter session cookie ------------------------------------
+
+/// The session cookie the echoing vCenter hands out, unique to this run.
+fn session_cookie() -> &'static str {
+    static COOKIE: OnceLock<String> = OnceLock::new();
+    COOKIE.get_or_init(|| format!("\"{}-5e55-10n\"", unique("cookie")))
+}
+
+/// A vCenter that logs anyone in, handing out [`session_cookie`], then answers every
+/// call in the session with a fault quoting the request (its `Cookie` header too).
+fn vsphere_session(request: &Request) -> (u16, &'static str, String) {
+    if request.body.contains("RetrieveServiceContent") {
+        return vsphere(request);
+    }
+    if request.body.contains("<Login ") || request.body.contains("<Login>") {
+        let body = r#"<LoginResponse xmlns="urn:vim25"><returnval><key>52ad</key><userName>scrub@vsphere.local</userName><fullName>scrub</fullName></returnval></LoginResponse>"#;
+        return (
+            200,
+            "text/xml",
+            format!("{ENVELOPE}{body}</soapenv:Body></soapenv:Envelope>"),
+        );
+    }
+    let fault = format!(
+        r#"<soapenv:Fault><faultcode>ServerFaultCode</faultcode><faultstring>broken: {}</faultstring><detail><SystemErrorFault xmlns="urn:vim25" xsi:type="SystemError"><reason>echo</reason></SystemErrorFault></detail></soapenv:Fault>"#,
+        xml_escape(&echo(request))
+    );
+    (
+        500,
+        "text/xml",
+        format!("{ENVELOPE}{fault}</soapenv:Body></soapenv:Envelope>"),
+    )
+}
+
+/// Finding 6 of issue 37: the session secrets a backend derives from its credentials
+/// were never registered. The vCenter session cookie is as good as the password
+/// until the session ends; an endpoint echoing a call's headers put it into the
+/// Provider's conditions, its Events and the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vsphere_calls_echoing_the_session_cookie_are_scrubbed() {
+    let port = serve_session(vsphere_session).await;
+    let cookie = session_cookie();
+    let value = cookie.trim_matches('"');
+    let (ns, _operator) = world(
+        "scrub-vsphere-cookie",
+        &[
+            secret(
+                "vcs-credentials",
+                json!({"username": "scrub@vsphere.local", "password": hostile_password("vcs")}),
+            ),
+            provider(
+                "vcs",
+                "vsphere",
+                &format!("http://127.0.0.1:{port}/sdk"),
+                (
+                    json!({"datastore": "LocalDS_0"}),
+                    json!({"portGroup": "VM Network"}),
+                ),
+            ),
+        ],
+    )
+    .await;
+    let message = assert_scrubbed_everywhere(&ns, "vcs", &[("the session cookie", value)]).await;
+    assert!(
+        message.contains("vmware_soap_session=[redacted]"),
+        "the cookie header keeps its name: {message}"
+    );
+}
+
+/// [`serve`], whose answers also set the session cookie on a `Login`.
+async fn serve_session(answer: fn(&Request) -> (u16, &'static str, String)) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let Some(request) = read_request(&mut stream).await else {
+                    return;
+                };
+                let (status, content_type, body) = answer(&request);
+                let cookie = if request.body.contains("<Login") {
+                    format!(
+                        "Set-Cookie: vmware_soap_session={}; Path=/; HttpOnly\r\n",
+                        session_cookie()
+                    )
+                } else {
+                    String::new()
+                };
+                let head = format!(
+                    "HTTP/1.1 {status} Echo\r\nContent-Type: {content_type}\r\n{cookie}Content-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+// --- bootstrap data: a kubeadm join token in user data --------------------------------
+
+/// The sim backend, but its creates fail with a message that quotes the request's
+/// user data (raw, base64, hex, upper-cased), as a backend echoing a create call could.
+struct EchoingCreates(SimFactory);
+
+impl BackendFactory for EchoingCreates {
+    fn connect(&self, connection: &Connection) -> Result<Arc<dyn Backend>, BackendError> {
+        Ok(Arc::new(EchoingCreatesBackend(self.0.connect(connection)?)))
+    }
+}
+
+struct EchoingCreatesBackend(Arc<dyn Backend>);
+
+#[banlieue_sdk::async_trait]
+impl Backend for EchoingCreatesBackend {
+    async fn check(&self) -> Result<Inventory, BackendError> {
+        self.0.check().await
+    }
+
+    async fn find_image(&self, sources: &ImageSourceSet) -> Result<ImageLookup, BackendError> {
+        self.0.find_image(sources).await
+    }
+
+    async fn ensure(&self, request: &MachineRequest) -> Result<MachineObservation, BackendError> {
+        let user_data = request
+            .bootstrap
+            .as_ref()
+            .map(|b| b.user_data.expose().to_owned())
+            .unwrap_or_default();
+        Err(BackendError::terminal(
+            "CreateRefused",
+            format!(
+                "create-echo: the guest refused user data {user_data} | base64 {} | hex {} | upper {}",
+                STANDARD.encode(&user_data),
+                hex(&user_data),
+                user_data.to_uppercase()
+            ),
+        ))
+    }
+
+    async fn observe(
+        &self,
+        identity: &MachineIdentity,
+    ) -> Result<Option<MachineObservation>, BackendError> {
+        self.0.observe(identity).await
+    }
+
+    async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
+        self.0.delete(identity).await
+    }
+}
+
+/// Finding 6 of issue 37: bootstrap values were never registered with the scrubber.
+/// A kubeadm join token in a VM's user data, echoed by a failing create, reached the
+/// machine's and the VM's conditions, the Events and the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubeadm_token_in_user_data_echoed_by_a_create_is_scrubbed() {
+    use banlieue_sdk::api::VirtualMachine;
+    use banlieue_sdk::api::infra::libvirt::LibvirtMachine;
+
+    logs();
+    let ns = banlieue_testenv::namespace("scrub-bootstrap").await;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let token_secret = format!("{:016x}", nanos as u64);
+    let token = format!("scrub1.{token_secret}");
+    let user_data = format!(
+        "#cloud-config\nruncmd:\n  - kubeadm join 10.0.0.1:6443 --token {token} --discovery-token-unsafe-skip-ca-verification\n"
+    );
+    for object in [
+        banlieue_integration_tests::fixtures::sim_provider(
+            "sim",
+            &format!("sim://{}", ns.name),
+            json!({}),
+        ),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-small", ns.name)},
+               "spec": {"cpus": 1, "memoryMiB": 512, "disk": {"sizeGiB": 5, "storageClass": "fast"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{}-debian", ns.name)},
+               "spec": {"os": {"family": "linux", "distribution": "debian", "version": "13"}, "sources": {"sim": {"name": "debian"}}}}),
+        secret("join", json!({"value": user_data})),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "node-1"},
+               "spec": {"classRef": {"name": format!("{}-small", ns.name)}, "imageRef": {"name": format!("{}-debian", ns.name)},
+                        "networks": [{"name": "eth0", "networkClass": "lan"}],
+                        "placement": {"providerRef": {"name": "sim"}},
+                        "bootstrap": {"format": "cloud-config", "userData": {"name": "join"}}}}),
+    ] {
+        apply(&ns.client, &ns.name, &object).await.expect("fixture");
+    }
+    let mut registry = BackendRegistry::default();
+    registry.register(
+        ProviderClass::Sim,
+        Arc::new(EchoingCreates(SimFactory::new())),
+    );
+    let _operator = Operator::start_with_registry(
+        ns.client.clone(),
+        &ns.name,
+        registry,
+        Arc::new(SimFactory::new()),
+        Duration::from_secs(5),
+    );
+    let machines: Api<LibvirtMachine> = ns.api();
+    let machine = wait_for(&machines, "node-1", WAIT, |m| {
+        m.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.message.contains("create-echo"))
+        })
+    })
+    .await;
+    let secrets = [
+        ("the join token", token.as_str()),
+        ("its secret", token_secret.as_str()),
+    ];
+    let status = serde_json::to_string(&machine.status).unwrap();
+    assert_clean("the machine's status", &status, &secrets);
+    assert!(status.contains(REDACTED), "{status}");
+    assert!(
+        status.contains("kubeadm join 10.0.0.1:6443 --token [redacted]"),
+        "the rest of the user data stays readable: {status}"
+    );
+    let vms: Api<VirtualMachine> = ns.api();
+    let vm = vms.get("node-1").await.unwrap();
+    assert_clean(
+        "the VM's status",
+        &serde_json::to_string(&vm.status).unwrap(),
+        &secrets,
+    );
+    // Events are published asynchronously: give them the time a reconcile takes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let events: Api<Event> = ns.api();
+    let list = events.list(&ListParams::default()).await.unwrap();
+    assert_clean(
+        "the Events",
+        &serde_json::to_string(&list.items).unwrap(),
+        &secrets,
+    );
+    assert_clean("the operator's log", &log_text(), &secrets);
 }

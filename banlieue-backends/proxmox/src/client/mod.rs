@@ -40,6 +40,10 @@ struct Session {
     ticket: SecretValue,
     csrf: SecretValue,
     obtained: Instant,
+    /// The ticket and CSRF token are scrubbed from every message while the session
+    /// lives: an endpoint echoing a request's headers would otherwise put the ticket,
+    /// as good as the password for two hours, into a condition or a log line.
+    _scrubbed: std::sync::Arc<banlieue_sdk::scrub::Held>,
 }
 
 /// Which credentials a connection carries.
@@ -286,10 +290,14 @@ impl PveClient {
                 .map(SecretValue::new)
                 .ok_or_else(|| PveError::Decode(format!("/access/ticket answered without {name}")))
         };
+        let ticket = field("ticket")?;
+        let csrf = field("CSRFPreventionToken")?;
+        let scrubbed = banlieue_sdk::scrub::global().hold([ticket.expose(), csrf.expose()]);
         let new = Session {
-            ticket: field("ticket")?,
-            csrf: field("CSRFPreventionToken")?,
+            ticket,
+            csrf,
             obtained: Instant::now(),
+            _scrubbed: std::sync::Arc::new(scrubbed),
         };
         debug!(endpoint = %self.endpoint, user = %username, "proxmox: logged in");
         *guard = Some(new.clone());

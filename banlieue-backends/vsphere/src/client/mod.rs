@@ -114,6 +114,10 @@ impl VimError {
 #[derive(Clone)]
 struct Session {
     cookie: SecretValue,
+    /// The session cookie is scrubbed from every message while the session lives: an
+    /// endpoint echoing a request's headers would otherwise put it, as good as the
+    /// password until the session ends, into a condition or a log line.
+    _scrubbed: std::sync::Arc<banlieue_sdk::scrub::Held>,
 }
 
 enum LoginState {
@@ -290,8 +294,13 @@ impl VimClient {
         let cookie = cookie.ok_or_else(|| {
             VimError::Decode("Login answered without a vmware_soap_session cookie".into())
         })?;
+        // The cookie's value, with and without its quotes (an echo may drop them);
+        // its name is not secret and stays readable.
+        let value = cookie.split_once('=').map_or(cookie.as_str(), |(_, v)| v);
+        let scrubbed = banlieue_sdk::scrub::global().hold([value, value.trim_matches('"')]);
         let session = Session {
             cookie: SecretValue::new(cookie),
+            _scrubbed: std::sync::Arc::new(scrubbed),
         };
         self.logins.fetch_add(1, Ordering::Relaxed);
         debug!(endpoint = %self.endpoint, user = %self.username, "vsphere: logged in");

@@ -585,6 +585,7 @@ fn let_go<K: Machine>(machine: &K, ctx: &Context) {
     let uid = machine.uid().unwrap_or_default();
     ctx.written.machines.forget(&uid);
     ctx.echoes.forget(&uid);
+    crate::scrub::global().forget(&bootstrap_source(&uid));
     capi::forget_placement(ctx, &uid);
     ctx.succeeded(&key_of(machine));
 }
@@ -702,6 +703,12 @@ async fn delete_failed<K: Machine>(
     Err(Error::Backend(error))
 }
 
+/// The scrubber source of a machine's bootstrap secrets. Not a `namespace/name`, so no
+/// Provider's source can collide with it.
+fn bootstrap_source(uid: &str) -> String {
+    format!("bootstrap:{uid}")
+}
+
 /// The bootstrap data in Secret `secret` (`read`, when the CAPI step read it already).
 async fn read_bootstrap<K: Machine>(
     ctx: &Context,
@@ -722,6 +729,16 @@ async fn read_bootstrap<K: Machine>(
         data.get(key)
             .and_then(|v| String::from_utf8(v.0.clone()).ok())
     };
+    // The join tokens and keys in it are scrubbed from every message until the machine
+    // goes: a backend that echoes a create request would otherwise publish them.
+    let secrets = ["value", "network-config"]
+        .into_iter()
+        .filter_map(text)
+        .flat_map(|t| crate::scrub::bootstrap_secrets(&t));
+    crate::scrub::global().register(
+        &bootstrap_source(&machine.uid().unwrap_or_default()),
+        secrets,
+    );
     let format = match text("format").as_deref() {
         Some("ignition") => BootstrapFormat::Ignition,
         Some("cloud-config") => BootstrapFormat::CloudConfig,

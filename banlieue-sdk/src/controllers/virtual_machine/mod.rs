@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer;
@@ -605,19 +604,9 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         }
     }
     let_go(vm, ctx);
-    if vm.spec.bootstrap.is_some() {
-        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-        match secrets
-            .delete(
-                &crate::build::bootstrap_secret_name(&vm.name_any()),
-                &DeleteParams::background(),
-            )
-            .await
-        {
-            Ok(_) => ctx.metrics.wrote(NAME),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+    // Only the copy this VM owns: a Secret of that name that is someone else's stays.
+    if vm.spec.bootstrap.is_some() && bootstrap::delete_secret(vm, ctx).await? {
+        ctx.metrics.wrote(NAME);
     }
     Ok(Action::await_change())
 }

@@ -213,6 +213,8 @@ impl RunCommand {
             insecure_diagnostics: self.insecure_diagnostics,
             leader,
             shutdown_timeout: self.graceful_shutdown_timeout,
+            // `run` installed it (scrubbing) before the runtime, for its own lines.
+            logging: banlieue_runtime::logging::Logging::Installed,
             settings: Settings {
                 namespace: non_empty(&self.namespace),
                 watch_filter: non_empty(&self.watch_filter),

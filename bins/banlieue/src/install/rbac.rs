@@ -17,6 +17,8 @@ const READ: [&str; 3] = ["get", "list", "watch"];
 /// Objects the controllers create and delete themselves. No `update`: every write is a
 /// patch (server-side apply, merge and JSON patches).
 const OWNED: [&str; 6] = ["create", "delete", "get", "list", "patch", "watch"];
+/// Secrets: see the rule's comment for why each verb.
+const SECRETS: [&str; 6] = ["create", "delete", "get", "list", "patch", "watch"];
 /// Objects users create, whose finalizers and labels the controllers patch.
 const WATCHED: [&str; 4] = ["get", "list", "patch", "watch"];
 
@@ -108,9 +110,20 @@ pub fn controller_cluster_role() -> Value {
                 // finalizers where OwnerReferencesPermissionEnforcement is on.
                 rule(&[core, infra], &finalizer_owners, &["update"]),
                 rule(&["cluster.x-k8s.io"], &names(&["clusters", "machines"]), &READ),
-                // Bootstrap data (read), credentials (read), and the Secrets banlieue
-                // creates for guests (NoCloud/Ignition payloads), which it owns.
-                rule(&[""], &names(&["secrets"]), &OWNED),
+                // Secrets, verb by verb (docs/book: security.md):
+                // - get: only Secrets an object names: a Provider's credentials and
+                //   CA, a VirtualMachine's userData/networkConfig, a CAPI Machine's
+                //   bootstrap dataSecretName, and the VM's own bootstrap copy;
+                // - list, watch: metadata only (PartialObjectMetadata), for the
+                //   Provider controller to notice a credentials change; no Secret's
+                //   content is ever listed or watched. RBAC cannot tell the two apart;
+                // - create: the VM's bootstrap copy `<vm>-bootstrap`, only when absent;
+                // - patch: that copy, only while the VM owns it (owner UID checked),
+                //   and the `clusterctl.cluster.x-k8s.io/move` label on a Provider's
+                //   credentials Secret, which only a patch can add to a user's Secret;
+                // - delete: that copy, only while the VM owns it (UID precondition).
+                // No update.
+                rule(&[""], &names(&["secrets"]), &SECRETS),
                 rule(&[""], &names(&["configmaps"]), &READ),
                 rule(&["", "events.k8s.io"], &names(&["events"]), &["create", "patch"]),
                 // Addresses from Cluster API IPAM pools: claims owned by the machine.
