@@ -10,7 +10,8 @@ use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, BackendFactory, Connection, Deletion, DiskTransfer, ImageLookup,
-    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest, Pending,
+    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest, MadeFor,
+    Pending,
 };
 use tracing::{info, warn};
 
@@ -567,6 +568,35 @@ impl Backend for ChBackend {
             PowerState::PoweredOff => self.stop(&dir, &mut record, spec).await,
             want => self.run(&dir, &mut record, spec, want).await,
         }
+    }
+
+    /// The machine directories whose record names the object's namespace and name
+    /// (every record has, so machines made before this was asked for are found too).
+    /// A directory is removed only once its VMM is gone, so none is reported deleting.
+    async fn made_for(
+        &self,
+        kind: &str,
+        identity: &MachineIdentity,
+    ) -> Result<Vec<MadeFor>, BackendError> {
+        if kind != "CloudHypervisorMachine" {
+            return Ok(Vec::new());
+        }
+        let mut found = Vec::new();
+        for dir in VmDir::all(&self.settings.state_dir) {
+            let Some(record) = dir.load()? else {
+                continue;
+            };
+            if record.namespace == identity.namespace && record.name == identity.name {
+                found.push(MadeFor {
+                    provider_id: format!("cloud-hypervisor://{}", record.uid),
+                    backend_ref: dir.path().display().to_string(),
+                    uid: Some(record.uid),
+                    deleting: false,
+                });
+            }
+        }
+        found.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
+        Ok(found)
     }
 
     async fn observe(

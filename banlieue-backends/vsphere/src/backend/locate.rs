@@ -14,7 +14,7 @@ use std::time::Duration;
 use banlieue_kit::recent::Recent;
 
 use banlieue_kit::tasks::TaskKind;
-use banlieue_sdk::backend::{BackendError, MachineIdentity};
+use banlieue_sdk::backend::{BackendError, MachineIdentity, MadeFor};
 use tracing::info;
 
 use super::vm::{VM_PATHS, Vm};
@@ -59,6 +59,23 @@ impl Sightings {
     pub(super) fn forget(&self, uid: &str) {
         lock(&self.vms).remove(uid);
     }
+}
+
+/// What a VM's [`find_made_for`](VSphereBackend::made_for_machine) reads.
+const MADE_FOR_PATHS: &[&str] = &[
+    "name",
+    "config.uuid",
+    "config.instanceUuid",
+    "config.annotation",
+];
+
+/// How the notes of a VM banlieue made for `identity`'s namespace and name begin
+/// ([`super::clone::annotation`] without the UID).
+pub(super) fn made_for_notes(identity: &MachineIdentity) -> String {
+    format!(
+        "Managed by banlieue: {}/{} (uid ",
+        identity.namespace, identity.name
+    )
 }
 
 /// Whether `vm` is the machine's: its BIOS UUID is the one `spec.providerID` names,
@@ -126,6 +143,87 @@ impl VSphereBackend {
             .await
             .map_err(vim)?
             .map(|o| Vm::from(&o)))
+    }
+
+    /// The VMs named `identity.name` whose notes say banlieue made them for its
+    /// namespace and name ([`made_for_notes`]; every banlieue VM's notes have, so VMs
+    /// made before this was asked for are found too), with the UID their instance UUID
+    /// records: one call for every VM's name, one for the few that match.
+    pub(super) async fn made_for_machine(
+        &self,
+        identity: &MachineIdentity,
+    ) -> Result<Vec<MadeFor>, BackendError> {
+        let root = self
+            .client
+            .content()
+            .await
+            .map_err(vim)?
+            .root_folder
+            .clone();
+        let named: Vec<MoRef> = self
+            .client
+            .retrieve_all(
+                &root,
+                &["VirtualMachine"],
+                &[PropertySpec {
+                    kind: "VirtualMachine",
+                    paths: &["name"],
+                }],
+            )
+            .await
+            .map_err(vim)?
+            .into_iter()
+            .filter(|o| o.text("name") == Some(identity.name.as_str()))
+            .map(|o| o.obj)
+            .collect();
+        if named.is_empty() {
+            return Ok(Vec::new());
+        }
+        let read = self
+            .client
+            .properties_of(
+                &named,
+                &[PropertySpec {
+                    kind: "VirtualMachine",
+                    paths: MADE_FOR_PATHS,
+                }],
+            )
+            .await;
+        let objects = match read {
+            Ok(objects) => objects,
+            // One went away between the two calls: the next reconcile looks again.
+            Err(e) if e.fault_kind() == Some("ManagedObjectNotFound") => {
+                return Err(BackendError::transient(
+                    "VMGone",
+                    format!("a VM named {} went away while being read", identity.name),
+                ));
+            }
+            Err(e) => return Err(vim(e)),
+        };
+        let notes = made_for_notes(identity);
+        let mut found: Vec<MadeFor> = objects
+            .iter()
+            .filter(|o| {
+                o.text("config.annotation")
+                    .is_some_and(|a| a.starts_with(&notes))
+            })
+            .filter_map(|o| {
+                let vm = Vm::from(o);
+                let bios = vm.bios_uuid?;
+                let deleting = vm
+                    .instance_uuid
+                    .as_deref()
+                    .is_some_and(|uid| matches!(self.tasks.get(uid), Some((OpKind::Destroy, _))));
+                Some(MadeFor {
+                    provider_id: format!("vsphere://{bios}"),
+                    uid: vm.instance_uuid,
+                    backend_ref: format!("{} ({})", vm.moref, vm.name),
+                    deleting,
+                })
+            })
+            .collect();
+        found.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
+        Ok(found)
     }
 
     /// [`Self::find`] and [`Self::poll`] at once: one call when the VM has been seen and

@@ -34,6 +34,7 @@ mod create_cap;
 mod ipam;
 pub(crate) mod orphan;
 mod plan;
+mod restore;
 
 use super::MACHINE_FINALIZER;
 use super::context::{Context, key_of};
@@ -288,6 +289,38 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             return stopped(machine, ctx, stop).await;
         }
     };
+    // A machine with no provider ID and nothing recorded may be an object restored from
+    // a backup (or a VM's machine rebuilt after one): its VM may exist under an older UID.
+    let adopting = if machine.has_provider_id()
+        || reached_backend(machine)
+        || machine.annotations().contains_key(COPIED_FROM_ANNOTATION)
+    {
+        None
+    } else {
+        match restored(machine, ctx, &backend).await {
+            Ok(restore::Restore::Ensure) => None,
+            Ok(restore::Restore::Adopt { provider_id, from }) => Some((provider_id, from)),
+            Ok(restore::Restore::Wait(message)) => {
+                let stop = plan::Stop::Waiting {
+                    reason: restore::RESTORE_PENDING,
+                    message,
+                    retry: plan::Retry::After(restore::RESTORE_RECHECK),
+                };
+                return stopped(machine, ctx, stop).await;
+            }
+            Err(error) => {
+                let stop = plan::Stop::Waiting {
+                    reason: "ProviderNotReady",
+                    message: format!(
+                        "looking for a backend VM made for this object before creating one: {}: {}",
+                        error.reason, error.message
+                    ),
+                    retry: plan::Retry::Backoff,
+                };
+                return stopped(machine, ctx, stop).await;
+            }
+        }
+    };
     let creating = match create_cap::admit_create(machine, ctx, provider, &backend) {
         Ok(creating) => creating,
         Err(stop) => return stopped(machine, ctx, stop).await,
@@ -329,8 +362,20 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             return stopped(machine, ctx, stop).await;
         }
     };
+    let mut identity = identity(machine);
+    if let Some((provider_id, from)) = &adopting {
+        identity.provider_id = Some(provider_id.clone());
+        ctx.event(
+            machine,
+            EventType::Normal,
+            "Adopted",
+            "Ensure",
+            format!("adopting the backend VM {from}, made for this object's namespace, kind and name before it was restored"),
+        )
+        .await;
+    }
     let request = MachineRequest {
-        identity: identity(machine),
+        identity,
         spec,
         failure_domain: match &placement {
             Some(p) => p.failure_domain.clone(),
@@ -414,6 +459,37 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             Ok(retry)
         }
     }
+}
+
+/// What a machine without a provider ID does about the backend VMs made for its
+/// namespace, kind and name ([`restore::decide`]).
+async fn restored<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    backend: &super::backends::Instrumented,
+) -> Result<restore::Restore, BackendError> {
+    let kind = K::kind(&());
+    let identity = identity(machine);
+    let found = backend.made_for(&kind, &identity).await?;
+    let what = format!("{kind} {}/{}", identity.namespace, identity.name);
+    let uid = identity.uid.as_str();
+    Ok(restore::decide(uid, &what, &found, |made| {
+        let by_id = ctx
+            .stores
+            .machines
+            .iter()
+            .flat_map(|k| k.claiming(&made.provider_id, uid))
+            .map(|(_, _, who)| who)
+            .min();
+        by_id.or_else(|| {
+            let recorded = made.uid.as_deref()?;
+            ctx.stores
+                .infra_machines()
+                .iter()
+                .any(|m| m.uid == recorded)
+                .then(|| format!("the live machine with UID {recorded}"))
+        })
+    }))
 }
 
 /// What a plan's [`plan::Retry`] is for this machine.
