@@ -21,6 +21,7 @@ use super::vm::{VM_PATHS, Vm};
 use super::{OpKind, VSphereBackend, lock, vim};
 use crate::client::methods::{self, TASK_PATHS};
 use crate::client::{MoRef, PropertySpec, TaskState};
+use crate::guestinfo;
 
 /// How long a template's reference is reused for clones (a template deleted meanwhile
 /// fails the clone with `ManagedObjectNotFound`, which drops it).
@@ -67,7 +68,23 @@ const MADE_FOR_PATHS: &[&str] = &[
     "config.uuid",
     "config.instanceUuid",
     "config.annotation",
+    "config.extraConfig",
 ];
+
+/// Whether a VM read with [`MADE_FOR_PATHS`] was made by banlieue for `identity`'s
+/// namespace and name: its extraConfig says so, or (VMs made before those keys) its
+/// notes do.
+fn made_for(identity: &MachineIdentity, vm: &Vm, notes: Option<&str>) -> bool {
+    let key = |k: &str| vm.extra.get(k).map(String::as_str);
+    match key(guestinfo::NAMESPACE_KEY) {
+        Some(namespace) => {
+            namespace == identity.namespace
+                && key(guestinfo::NAME_KEY) == Some(identity.name.as_str())
+                && key(guestinfo::KIND_KEY).is_none_or(|k| k == "VSphereMachine")
+        }
+        None => notes.is_some_and(|n| n.starts_with(&made_for_notes(identity))),
+    }
+}
 
 /// How the notes of a VM banlieue made for `identity`'s namespace and name begin
 /// ([`super::clone::annotation`] without the UID).
@@ -200,15 +217,13 @@ impl VSphereBackend {
             }
             Err(e) => return Err(vim(e)),
         };
-        let notes = made_for_notes(identity);
         let mut found: Vec<MadeFor> = objects
             .iter()
-            .filter(|o| {
-                o.text("config.annotation")
-                    .is_some_and(|a| a.starts_with(&notes))
-            })
             .filter_map(|o| {
                 let vm = Vm::from(o);
+                if !made_for(identity, &vm, o.text("config.annotation")) {
+                    return None;
+                }
                 let bios = vm.bios_uuid?;
                 let deleting = vm
                     .instance_uuid
@@ -409,6 +424,42 @@ mod tests {
             let got = owns(&id, &vm(instance.as_deref(), bios.as_deref())).unwrap();
             assert_eq!(got, want, "{instance:?} {bios:?} {provider_id:?}");
         }
+    }
+
+    #[test]
+    fn a_vm_is_made_for_the_object_its_keys_or_else_its_notes_name() {
+        let id = identity("7f1c2a5e-0000-4000-8000-000000000001", None);
+        let keyed = |ns: &str, name: &str, kind: Option<&str>| {
+            let mut vm = vm(None, None);
+            vm.extra.insert(guestinfo::NAMESPACE_KEY.into(), ns.into());
+            vm.extra.insert(guestinfo::NAME_KEY.into(), name.into());
+            if let Some(kind) = kind {
+                vm.extra.insert(guestinfo::KIND_KEY.into(), kind.into());
+            }
+            vm
+        };
+        assert!(made_for(
+            &id,
+            &keyed("ns", "m", Some("VSphereMachine")),
+            None
+        ));
+        assert!(!made_for(&id, &keyed("ns", "m2", None), None));
+        assert!(!made_for(&id, &keyed("other", "m", None), None));
+        assert!(!made_for(
+            &id,
+            &keyed("ns", "m", Some("ProxmoxMachine")),
+            None
+        ));
+        // Keys win over notes; without keys (an older VM), the notes decide.
+        let notes = "Managed by banlieue: ns/m (uid 7f1c2a5e-0000-4000-8000-000000000009)";
+        assert!(!made_for(&id, &keyed("other", "m", None), Some(notes)));
+        assert!(made_for(&id, &vm(None, None), Some(notes)));
+        assert!(!made_for(
+            &id,
+            &vm(None, None),
+            Some("Managed by banlieue: ns/m2 (uid x)")
+        ));
+        assert!(!made_for(&id, &vm(None, None), None));
     }
 
     #[test]
