@@ -682,6 +682,48 @@ pub fn inspect(state_dir: &Path, uid: &str) -> Result<Option<(PathBuf, Record)>,
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn machines_are_found_by_the_namespace_and_name_their_record_names() {
+        let root = tempfile::tempdir().unwrap();
+        let settings = crate::settings::ChSettings::parse_parts(
+            &format!("local://{}", root.path().display()),
+            &Default::default(),
+        )
+        .unwrap();
+        for (uid, namespace, name) in [
+            ("old-1", "ns", "web"),
+            ("x-2", "ns", "db"),
+            ("y-3", "other", "web"),
+        ] {
+            let dir = VmDir::new(root.path(), uid).unwrap();
+            std::fs::create_dir(dir.path()).unwrap();
+            let record = Record {
+                uid: uid.into(),
+                namespace: namespace.into(),
+                name: name.into(),
+                ..Default::default()
+            };
+            dir.save(&record).unwrap();
+        }
+        let backend = ChBackend::new(settings);
+        let restored = MachineIdentity::new("new-9", "ns", "web");
+        let found = backend
+            .made_for("CloudHypervisorMachine", &restored)
+            .await
+            .unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].provider_id, "cloud-hypervisor://old-1");
+        assert_eq!(found[0].uid.as_deref(), Some("old-1"));
+        assert!(!found[0].deleting);
+        assert!(
+            backend
+                .made_for("LibvirtMachine", &restored)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+
     #[test]
     fn maps_vm_states_to_power() {
         assert_eq!(power_of(Some("Running")), PowerState::PoweredOn);
