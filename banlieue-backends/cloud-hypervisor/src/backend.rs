@@ -10,7 +10,8 @@ use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, BackendFactory, Connection, Deletion, DiskTransfer, ImageLookup,
-    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest, Pending,
+    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest, MadeFor,
+    Pending,
 };
 use tracing::{info, warn};
 
@@ -579,6 +580,35 @@ impl Backend for ChBackend {
         }
     }
 
+    /// The machine directories whose record names the object's namespace and name
+    /// (every record has, so machines made before this was asked for are found too).
+    /// A directory is removed only once its VMM is gone, so none is reported deleting.
+    async fn made_for(
+        &self,
+        kind: &str,
+        identity: &MachineIdentity,
+    ) -> Result<Vec<MadeFor>, BackendError> {
+        if kind != "CloudHypervisorMachine" {
+            return Ok(Vec::new());
+        }
+        let mut found = Vec::new();
+        for dir in VmDir::all(&self.settings.state_dir) {
+            let Some(record) = dir.load()? else {
+                continue;
+            };
+            if record.namespace == identity.namespace && record.name == identity.name {
+                found.push(MadeFor {
+                    provider_id: format!("cloud-hypervisor://{}", record.uid),
+                    backend_ref: dir.path().display().to_string(),
+                    uid: Some(record.uid),
+                    deleting: false,
+                });
+            }
+        }
+        found.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
+        Ok(found)
+    }
+
     async fn observe(
         &self,
         identity: &MachineIdentity,
@@ -661,6 +691,48 @@ pub fn inspect(state_dir: &Path, uid: &str) -> Result<Option<(PathBuf, Record)>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn machines_are_found_by_the_namespace_and_name_their_record_names() {
+        let root = tempfile::tempdir().unwrap();
+        let settings = crate::settings::ChSettings::parse_parts(
+            &format!("local://{}", root.path().display()),
+            &Default::default(),
+        )
+        .unwrap();
+        for (uid, namespace, name) in [
+            ("old-1", "ns", "web"),
+            ("x-2", "ns", "db"),
+            ("y-3", "other", "web"),
+        ] {
+            let dir = VmDir::new(root.path(), uid).unwrap();
+            std::fs::create_dir(dir.path()).unwrap();
+            let record = Record {
+                uid: uid.into(),
+                namespace: namespace.into(),
+                name: name.into(),
+                ..Default::default()
+            };
+            dir.save(&record).unwrap();
+        }
+        let backend = ChBackend::new(settings);
+        let restored = MachineIdentity::new("new-9", "ns", "web");
+        let found = backend
+            .made_for("CloudHypervisorMachine", &restored)
+            .await
+            .unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].provider_id, "cloud-hypervisor://old-1");
+        assert_eq!(found[0].uid.as_deref(), Some("old-1"));
+        assert!(!found[0].deleting);
+        assert!(
+            backend
+                .made_for("LibvirtMachine", &restored)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
 
     #[test]
     fn maps_vm_states_to_power() {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, BackendFactory, Connection, Deletion, DiskTransfer, ImageLookup,
-    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest,
+    ImageSourceSet, Inventory, MachineIdentity, MachineObservation, MachineRequest, MadeFor,
 };
 
 use crate::client::{Client, blocking};
@@ -54,6 +54,21 @@ impl Backend for LibvirtBackend {
     async fn ensure(&self, request: &MachineRequest) -> Result<MachineObservation, BackendError> {
         let request = request.clone();
         blocking(&self.client, move |c| machine::ensure(c, &request)).await
+    }
+
+    /// The domain named `<namespace>.<name>` when banlieue's metadata is on it: a
+    /// domain's name is unique on its host and derived from the object's namespace and
+    /// name, so machines made before namespace and name were asked for are found too.
+    async fn made_for(
+        &self,
+        kind: &str,
+        identity: &MachineIdentity,
+    ) -> Result<Vec<MadeFor>, BackendError> {
+        if kind != "LibvirtMachine" {
+            return Ok(Vec::new());
+        }
+        let identity = identity.clone();
+        blocking(&self.client, move |c| machine::made_for(c, &identity)).await
     }
 
     async fn observe(

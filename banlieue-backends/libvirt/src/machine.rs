@@ -7,7 +7,7 @@ use banlieue_sdk::api::common::{DiskProvisioning, PowerState};
 use banlieue_sdk::api::infra::libvirt::LibvirtMachineSpec;
 use banlieue_sdk::api::infra::{MachineAddress, MachineAddressType};
 use banlieue_sdk::backend::{
-    BackendError, Deletion, MachineIdentity, MachineObservation, MachineRequest, Pending,
+    BackendError, Deletion, MachineIdentity, MachineObservation, MachineRequest, MadeFor, Pending,
 };
 use virt::connect::Connect;
 use virt::domain::{Domain, DomainState};
@@ -68,6 +68,40 @@ pub(crate) fn find(conn: &Connect, uid: &str) -> Result<Option<Domain>, BackendE
         Err(e) if is_not_found(&e) => Ok(None),
         Err(e) => Err(classify("looking up the domain", &e)),
     }
+}
+
+/// The domain named after `id`'s namespace and name, when banlieue made it (its
+/// metadata carries a UID): see [`banlieue_sdk::backend::Backend::made_for`]. Deleting a
+/// domain is immediate here (destroy, undefine), so none is ever reported deleting.
+pub(crate) fn made_for(
+    client: &Client,
+    id: &MachineIdentity,
+) -> Result<Vec<MadeFor>, BackendError> {
+    let conn = client.conn()?;
+    let name = domain_name(id);
+    let dom = match conn.lookup_domain_by_name(&name) {
+        Ok(dom) => dom,
+        Err(e) if is_not_found(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(classify("looking up the domain by name", &e)),
+    };
+    let xml = dom
+        .xml_desc(0)
+        .map_err(|e| classify("reading the domain", &e))?;
+    let defined = parse_defined(&xml)
+        .map_err(|e| BackendError::transient("DomainUnreadable", format!("{name}: {e}")))?;
+    let Some(uid) = defined.uid else {
+        // Not banlieue's: `create` refuses to touch it (DomainNameTaken).
+        return Ok(Vec::new());
+    };
+    let uuid = dom
+        .uuid_string()
+        .map_err(|e| classify("reading the domain UUID", &e))?;
+    Ok(vec![MadeFor {
+        provider_id: provider_id(&uuid),
+        uid: Some(uid),
+        backend_ref: name,
+        deleting: false,
+    }])
 }
 
 fn pending(operation: &str, after: Duration) -> Option<Pending> {

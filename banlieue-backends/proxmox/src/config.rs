@@ -23,14 +23,33 @@ pub fn uid_marker(uid: &str) -> String {
     format!("banlieue.io/uid: {uid}")
 }
 
-/// The description of a banlieue VM.
+/// The description of a banlieue VM: [`made_for_marker`], then [`uid_marker`].
 pub fn description(identity: &MachineIdentity) -> String {
     format!(
-        "Managed by banlieue ({}/{}); do not edit the next line.\n{}\n",
-        identity.namespace,
-        identity.name,
+        "{} do not edit the next line.\n{}\n",
+        made_for_marker(identity),
         uid_marker(&identity.uid)
     )
+}
+
+/// What a banlieue VM's description says about the object it was made for (its
+/// namespace and name; the kind is `ProxmoxMachine`): how a restored object with a new
+/// UID finds it. Unchanged since the first release, so older VMs are found too.
+pub fn made_for_marker(identity: &MachineIdentity) -> String {
+    format!(
+        "Managed by banlieue ({}/{});",
+        identity.namespace, identity.name
+    )
+}
+
+/// The UID a description's [`uid_marker`] line records.
+pub fn recorded_uid(description: &str) -> Option<String> {
+    description.lines().find_map(|line| {
+        line.trim()
+            .strip_prefix(&uid_marker(""))
+            .map(|uid| uid.trim().to_owned())
+            .filter(|uid| !uid.is_empty())
+    })
 }
 
 /// A valid PVE VM name (a DNS name, at most 63 characters) from the object's name.
@@ -424,6 +443,26 @@ mod tests {
             name: "Web_1".into(),
             provider_id: None,
         }
+    }
+
+    #[test]
+    fn the_description_records_the_namespace_name_and_uid_found_on_restore() {
+        let description = description(&identity());
+        // Unchanged since the first release: older VMs are found by it.
+        assert_eq!(
+            description,
+            format!(
+                "Managed by banlieue (demo/Web_1); do not edit the next line.\nbanlieue.io/uid: {UID}\n"
+            )
+        );
+        assert!(description.contains(&made_for_marker(&identity())));
+        let other = MachineIdentity {
+            name: "Web".into(),
+            ..identity()
+        };
+        assert!(!description.contains(&made_for_marker(&other)));
+        assert_eq!(recorded_uid(&description).as_deref(), Some(UID));
+        assert_eq!(recorded_uid("edited by hand"), None);
     }
 
     fn spec(extra: Value) -> ProxmoxMachineSpec {

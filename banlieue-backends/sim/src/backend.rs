@@ -8,7 +8,7 @@ use std::time::Duration;
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, Deletion, ImageLookup, ImageSourceSet, Inventory, MachineIdentity,
-    MachineObservation, MachineRequest, MachineSpec,
+    MachineObservation, MachineRequest, MachineSpec, MadeFor,
 };
 use tokio::time::Instant;
 use tracing::debug;
@@ -286,6 +286,16 @@ impl Backend for SimBackend {
                 format!("{} has no failure domain", self.endpoint()),
             )),
         }
+    }
+
+    async fn made_for(
+        &self,
+        kind: &str,
+        identity: &MachineIdentity,
+    ) -> Result<Vec<MadeFor>, BackendError> {
+        // Neither counted nor faulted: the call counts tests assert are those of the
+        // calls that change or read one machine, and this one is a read of the world.
+        Ok(self.world.made_for(kind, identity, Instant::now()))
     }
 
     async fn observe(

@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use banlieue_sdk::api::common::PowerState;
-use banlieue_sdk::backend::{BootstrapData, MachineIdentity, MachineObservation};
+use banlieue_sdk::backend::{BootstrapData, MachineIdentity, MachineObservation, MadeFor};
 use tokio::time::Instant;
 
 use crate::addresses::AddressPool;
@@ -186,6 +186,37 @@ impl World {
         machine.identity = identity.clone();
         state.machines.insert(identity.uid.clone(), machine);
         true
+    }
+
+    /// The created machines made for `namespace`/`name` as a `kind`, whatever their UID
+    /// (the simulator records each machine's identity and kind).
+    pub(crate) fn made_for(
+        &self,
+        kind: &str,
+        identity: &MachineIdentity,
+        now: Instant,
+    ) -> Vec<MadeFor> {
+        let mut state = self.lock(now);
+        let mut found: Vec<MadeFor> = state
+            .machines
+            .values_mut()
+            .filter(|m| {
+                m.kind.name() == kind
+                    && m.identity.namespace == identity.namespace
+                    && m.identity.name == identity.name
+            })
+            .filter_map(|m| {
+                m.advance(now);
+                m.created.then(|| MadeFor {
+                    provider_id: m.provider_id.clone(),
+                    uid: Some(m.identity.uid.clone()),
+                    backend_ref: m.backend_ref.clone(),
+                    deleting: m.deleting.is_some(),
+                })
+            })
+            .collect();
+        found.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
+        found
     }
 
     /// Reconciles an existing machine towards `power`; `None` when no machine has `uid`.

@@ -895,3 +895,53 @@ async fn a_new_uid_with_the_provider_id_adopts_the_machine_and_an_unknown_one_cr
     );
     assert!(sim.machines(endpoint).is_empty());
 }
+
+#[tokio::test]
+async fn machines_made_for_an_objects_namespace_kind_and_name_are_found_whatever_their_uid() {
+    let sim = SimFactory::new();
+    let endpoint = "sim://made-for";
+    let backend = connect(&sim, endpoint, &[]);
+    let created = backend.ensure(&on("old")).await.unwrap();
+    // Another object (another name) and the same name as another kind: not listed.
+    backend.ensure(&on("other")).await.unwrap();
+
+    // The restored object: a new UID, the same namespace and name, no providerID.
+    let mut restored = on("new");
+    restored.identity.name = "vm-old".into();
+    let found = backend
+        .made_for("VSphereMachine", &restored.identity)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].provider_id, created.provider_id.clone().unwrap());
+    assert_eq!(found[0].uid.as_deref(), Some("old"));
+    assert!(!found[0].deleting);
+    assert!(
+        backend
+            .made_for("ProxmoxMachine", &restored.identity)
+            .await
+            .unwrap()
+            .is_empty(),
+        "another kind's machine of that name"
+    );
+
+    // Adopted by its provider ID (what the controller does with it): still one machine.
+    restored.identity = restored
+        .identity
+        .with_provider_id(created.provider_id.clone().unwrap());
+    backend.ensure(&restored).await.unwrap();
+    assert_eq!(sim.stats(endpoint).machines_created, 2);
+    let found = backend
+        .made_for("VSphereMachine", &restored.identity)
+        .await
+        .unwrap();
+    assert_eq!(found[0].uid.as_deref(), Some("new"), "retagged");
+
+    // Being deleted: listed as such (never adopted).
+    backend.delete(&restored.identity).await.unwrap();
+    let found = backend
+        .made_for("VSphereMachine", &restored.identity)
+        .await
+        .unwrap();
+    assert!(found.iter().all(|m| m.deleting), "{found:?}");
+}

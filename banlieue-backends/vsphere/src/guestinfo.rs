@@ -10,6 +10,14 @@ use base64::engine::general_purpose::STANDARD;
 
 /// The key carrying the infra object's UID (set at clone time).
 pub const UID_KEY: &str = "banlieue.uid";
+/// The keys recording the namespace, kind and name of the object the VM was made for
+/// (set at clone time): how a restored object, whose UID is new, finds it. (vcsim
+/// does not keep a clone's notes, which also say it; a real vCenter does.)
+pub const NAMESPACE_KEY: &str = "banlieue.namespace";
+/// See [`NAMESPACE_KEY`].
+pub const KIND_KEY: &str = "banlieue.kind";
+/// See [`NAMESPACE_KEY`].
+pub const NAME_KEY: &str = "banlieue.name";
 /// The key naming the failure domain the VM was placed in.
 pub const FAILURE_DOMAIN_KEY: &str = "banlieue.failureDomain";
 /// Set by the reconfigure that delivers the bootstrap data: the VM is ready to boot.
@@ -33,10 +41,14 @@ pub fn parse_disk_names(value: &str) -> BTreeMap<String, String> {
     serde_json::from_str(value).unwrap_or_default()
 }
 
-/// The keys set when the VM is cloned: its UID and failure domain.
+/// The keys set when the VM is cloned: its UID, the namespace, kind and name it was
+/// made for, and its failure domain.
 pub fn clone_keys(identity: &MachineIdentity, failure_domain: &str) -> Vec<(String, String)> {
     vec![
         (UID_KEY.into(), identity.uid.clone()),
+        (NAMESPACE_KEY.into(), identity.namespace.clone()),
+        (KIND_KEY.into(), "VSphereMachine".into()),
+        (NAME_KEY.into(), identity.name.clone()),
         (FAILURE_DOMAIN_KEY.into(), failure_domain.into()),
     ]
 }

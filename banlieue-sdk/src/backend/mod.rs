@@ -102,6 +102,33 @@ pub trait Backend: Send + Sync {
     /// Deleting a machine that does not exist is `Ok(Deletion::Gone)`.
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError>;
 
+    /// The machines this backend made for an object of `kind` (e.g. `LibvirtMachine`)
+    /// named `identity.name` in `identity.namespace`, whatever UID they carry: what a
+    /// restored object, whose UID is new and whose `spec.providerID` may be lost, is
+    /// matched against before anything is created. Backends record the namespace,
+    /// kind and name on every machine they make (or derive its name from them) so it
+    /// can be found. Never called for a machine with a provider ID.
+    ///
+    /// The controller decides, not the backend: none, or only the machine carrying
+    /// `identity.uid`, and [`Backend::ensure`] goes on as usual; exactly one not
+    /// [`deleting`](MadeFor::deleting) whose recorded UID and provider ID no live
+    /// object holds is adopted, through [`Backend::ensure`] with its provider ID
+    /// (retagged there like a moved machine); anything else (several, one being
+    /// deleted, one another live object holds) waits, `Ready=False RestorePending`,
+    /// naming them, for a human. Read-only and idempotent.
+    ///
+    /// The default finds nothing: a backend that records no such identity never
+    /// adopts a restored object's VM (it creates another). Every in-tree backend
+    /// implements it.
+    async fn made_for(
+        &self,
+        kind: &str,
+        identity: &MachineIdentity,
+    ) -> Result<Vec<MadeFor>, BackendError> {
+        let _ = (kind, identity);
+        Ok(Vec::new())
+    }
+
     /// Its disk export and import, when it has them (`migration.strategy: CopyDisk`
     /// needs them on both sides; without, such a move is refused before anything is
     /// touched).

@@ -77,6 +77,11 @@ pub struct FailureDomainInventory {
 /// adopted (retagged with the new UID where the backend keeps one), and a machine
 /// that cannot be found by it is never created again: the backend answers
 /// [`BackendError::machine_missing`](super::BackendError::machine_missing).
+///
+/// A restored object may come back without `spec.providerID` (a VirtualMachine
+/// restored alone gets a freshly built machine): its namespace, kind and name, which
+/// backends record on the machines they make, find it then
+/// ([`Backend::made_for`](super::Backend::made_for)).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MachineIdentity {
     /// The infra object's `metadata.uid`.
@@ -129,6 +134,23 @@ impl MachineIdentity {
             )),
         }
     }
+}
+
+/// A backend machine banlieue made for an infra object's namespace, kind and name,
+/// as [`Backend::made_for`](super::Backend::made_for) finds it: how an object restored
+/// from a backup (new UID, no status, no `spec.providerID`) finds its VM again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MadeFor {
+    /// Its provider ID (`<scheme>://<id>`): what the restored object adopts it by.
+    pub provider_id: String,
+    /// The infra object UID recorded on it, when it records one.
+    pub uid: Option<String>,
+    /// The backend's own handle (moref, `node/vmid`, domain name, directory), for
+    /// humans: conditions name it so the VM can be found by hand.
+    pub backend_ref: String,
+    /// Its deletion was started (a destroy task in flight, a lock): it is never
+    /// adopted, and a new machine waits until it is gone.
+    pub deleting: bool,
 }
 
 /// The backend-specific machine spec, as the infra object holds it.

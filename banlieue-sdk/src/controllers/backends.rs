@@ -502,6 +502,17 @@ impl Instrumented {
         self.finish("observe", started, result)
     }
 
+    /// The backend machines made for `identity`'s namespace and name as a `kind`.
+    pub async fn made_for(
+        &self,
+        kind: &str,
+        identity: &MachineIdentity,
+    ) -> Result<Vec<crate::backend::MadeFor>, BackendError> {
+        let started = Instant::now();
+        let result = self.backend.made_for(kind, identity).await;
+        self.finish("made_for", started, result)
+    }
+
     /// What the backend declares it can do.
     pub fn capabilities(&self) -> crate::backend::BackendCapabilities {
         self.backend.capabilities()

@@ -89,6 +89,59 @@ impl ProxmoxBackend {
         }
     }
 
+    /// The VMs named [`config::vm_name`] whose description records that banlieue made
+    /// them for `identity`'s namespace and name ([`config::made_for_marker`]), with the
+    /// UID it records. A VM locked for a destroy, or whose config is already gone, is
+    /// being deleted.
+    pub(super) async fn made_for_machine(
+        &self,
+        identity: &MachineIdentity,
+        resources: &[Value],
+    ) -> Result<Vec<MadeFor>, BackendError> {
+        let name = config::vm_name(identity);
+        let marker = config::made_for_marker(identity);
+        let mut found = Vec::new();
+        for r in resources
+            .iter()
+            .filter(|r| r.get("template").and_then(Value::as_i64).unwrap_or(0) != 1)
+            .filter(|r| r.get("name").and_then(Value::as_str) == Some(name.as_str()))
+        {
+            let (Some(node), Some(vmid)) = (
+                r.get("node").and_then(Value::as_str),
+                r.get("vmid").and_then(as_u32),
+            ) else {
+                continue;
+            };
+            let cfg = match self
+                .client
+                .get(&format!("{}/config", vm_path(node, vmid)), &Form::new())
+                .await
+            {
+                Ok(cfg) => cfg,
+                Err(e) if e.is_missing_vm() => continue,
+                Err(e) => return Err(pve(e)),
+            };
+            let description = cfg.get("description").and_then(Value::as_str);
+            if !description.is_some_and(|d| d.contains(&marker)) {
+                continue;
+            }
+            let Some(uuid) = config::smbios_uuid(&cfg) else {
+                continue;
+            };
+            let lock = r
+                .get("lock")
+                .and_then(Value::as_str)
+                .or_else(|| cfg.get("lock").and_then(Value::as_str));
+            found.push(MadeFor {
+                provider_id: format!("proxmox://{uuid}"),
+                uid: description.and_then(config::recorded_uid),
+                backend_ref: format!("{node}/{vmid}"),
+                deleting: lock == Some("destroyed"),
+            });
+        }
+        Ok(found)
+    }
+
     /// The VM whose SMBIOS UUID is `uuid`. `/cluster/resources` does not show it, so
     /// configs are read: VMs named `name` first (a move keeps the object's name).
     pub(super) async fn find_by_smbios_uuid(

@@ -22,7 +22,7 @@ use banlieue_sdk::api::infra::{MachineAddress, MachineAddressType};
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, BackendFactory, Connection, Deletion, ImageLookup, ImageSourceSet,
-    Inventory, MachineIdentity, MachineObservation, MachineRequest, Pending,
+    Inventory, MachineIdentity, MachineObservation, MachineRequest, MadeFor, Pending,
 };
 use serde_json::Value;
 use tracing::{debug, info};
@@ -290,6 +290,21 @@ impl Backend for ProxmoxBackend {
 
     async fn ensure(&self, request: &MachineRequest) -> Result<MachineObservation, BackendError> {
         self.ensure_machine(request).await
+    }
+
+    /// The VMs named after the object whose description says banlieue made them for
+    /// its namespace and name (every banlieue VM's description has, so VMs made before
+    /// this was asked for are found too).
+    async fn made_for(
+        &self,
+        kind: &str,
+        identity: &MachineIdentity,
+    ) -> Result<Vec<MadeFor>, BackendError> {
+        if kind != "ProxmoxMachine" {
+            return Ok(Vec::new());
+        }
+        let resources = self.resources().await?;
+        self.made_for_machine(identity, &resources).await
     }
 
     async fn observe(

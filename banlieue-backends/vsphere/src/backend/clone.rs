@@ -323,11 +323,14 @@ pub(super) fn no_storage_policy(spec: &VSphereMachineSpec) -> Result<(), Backend
     }
 }
 
-/// The VM's notes: who owns it.
+/// The VM's notes: who owns it. They begin with
+/// [`made_for_notes`](super::locate::made_for_notes), which a restored object finds it
+/// by: never change that part.
 pub(super) fn annotation(identity: &MachineIdentity) -> String {
     format!(
-        "Managed by banlieue: {}/{} (uid {})",
-        identity.namespace, identity.name, identity.uid
+        "{}{})",
+        super::locate::made_for_notes(identity),
+        identity.uid
     )
 }
 
@@ -386,6 +389,30 @@ pub(super) fn fix_completes(vm: &super::vm::Vm, fix: &ConfigSpec, want: Option<F
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_notes_say_who_the_vm_was_made_for_as_they_always_did() {
+        let identity = |namespace: &str, name: &str| MachineIdentity {
+            uid: "7f1c2a5e-0000-4000-8000-000000000001".into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            provider_id: None,
+        };
+        let notes = annotation(&identity("demo", "web"));
+        // Unchanged since the first release: older VMs are found by it.
+        assert_eq!(
+            notes,
+            "Managed by banlieue: demo/web (uid 7f1c2a5e-0000-4000-8000-000000000001)"
+        );
+        let made_for = |namespace, name| {
+            notes.starts_with(&super::super::locate::made_for_notes(&identity(
+                namespace, name,
+            )))
+        };
+        assert!(made_for("demo", "web"));
+        assert!(!made_for("demo", "we"), "a prefix of the name");
+        assert!(!made_for("dem", "o/web"));
+    }
 
     #[test]
     fn a_one_step_fix_rides_with_the_configure_and_a_two_step_one_goes_first() {

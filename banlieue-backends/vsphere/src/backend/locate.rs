@@ -14,13 +14,14 @@ use std::time::Duration;
 use banlieue_kit::recent::Recent;
 
 use banlieue_kit::tasks::TaskKind;
-use banlieue_sdk::backend::{BackendError, MachineIdentity};
+use banlieue_sdk::backend::{BackendError, MachineIdentity, MadeFor};
 use tracing::info;
 
 use super::vm::{VM_PATHS, Vm};
 use super::{OpKind, VSphereBackend, lock, vim};
 use crate::client::methods::{self, TASK_PATHS};
 use crate::client::{MoRef, PropertySpec, TaskState};
+use crate::guestinfo;
 
 /// How long a template's reference is reused for clones (a template deleted meanwhile
 /// fails the clone with `ManagedObjectNotFound`, which drops it).
@@ -59,6 +60,39 @@ impl Sightings {
     pub(super) fn forget(&self, uid: &str) {
         lock(&self.vms).remove(uid);
     }
+}
+
+/// What a VM's [`find_made_for`](VSphereBackend::made_for_machine) reads.
+const MADE_FOR_PATHS: &[&str] = &[
+    "name",
+    "config.uuid",
+    "config.instanceUuid",
+    "config.annotation",
+    "config.extraConfig",
+];
+
+/// Whether a VM read with [`MADE_FOR_PATHS`] was made by banlieue for `identity`'s
+/// namespace and name: its extraConfig says so, or (VMs made before those keys) its
+/// notes do.
+fn made_for(identity: &MachineIdentity, vm: &Vm, notes: Option<&str>) -> bool {
+    let key = |k: &str| vm.extra.get(k).map(String::as_str);
+    match key(guestinfo::NAMESPACE_KEY) {
+        Some(namespace) => {
+            namespace == identity.namespace
+                && key(guestinfo::NAME_KEY) == Some(identity.name.as_str())
+                && key(guestinfo::KIND_KEY).is_none_or(|k| k == "VSphereMachine")
+        }
+        None => notes.is_some_and(|n| n.starts_with(&made_for_notes(identity))),
+    }
+}
+
+/// How the notes of a VM banlieue made for `identity`'s namespace and name begin
+/// ([`super::clone::annotation`] without the UID).
+pub(super) fn made_for_notes(identity: &MachineIdentity) -> String {
+    format!(
+        "Managed by banlieue: {}/{} (uid ",
+        identity.namespace, identity.name
+    )
 }
 
 /// Whether `vm` is the machine's: its BIOS UUID is the one `spec.providerID` names,
@@ -126,6 +160,85 @@ impl VSphereBackend {
             .await
             .map_err(vim)?
             .map(|o| Vm::from(&o)))
+    }
+
+    /// The VMs named `identity.name` whose notes say banlieue made them for its
+    /// namespace and name ([`made_for_notes`]; every banlieue VM's notes have, so VMs
+    /// made before this was asked for are found too), with the UID their instance UUID
+    /// records: one call for every VM's name, one for the few that match.
+    pub(super) async fn made_for_machine(
+        &self,
+        identity: &MachineIdentity,
+    ) -> Result<Vec<MadeFor>, BackendError> {
+        let root = self
+            .client
+            .content()
+            .await
+            .map_err(vim)?
+            .root_folder
+            .clone();
+        let named: Vec<MoRef> = self
+            .client
+            .retrieve_all(
+                &root,
+                &["VirtualMachine"],
+                &[PropertySpec {
+                    kind: "VirtualMachine",
+                    paths: &["name"],
+                }],
+            )
+            .await
+            .map_err(vim)?
+            .into_iter()
+            .filter(|o| o.text("name") == Some(identity.name.as_str()))
+            .map(|o| o.obj)
+            .collect();
+        if named.is_empty() {
+            return Ok(Vec::new());
+        }
+        let read = self
+            .client
+            .properties_of(
+                &named,
+                &[PropertySpec {
+                    kind: "VirtualMachine",
+                    paths: MADE_FOR_PATHS,
+                }],
+            )
+            .await;
+        let objects = match read {
+            Ok(objects) => objects,
+            // One went away between the two calls: the next reconcile looks again.
+            Err(e) if e.fault_kind() == Some("ManagedObjectNotFound") => {
+                return Err(BackendError::transient(
+                    "VMGone",
+                    format!("a VM named {} went away while being read", identity.name),
+                ));
+            }
+            Err(e) => return Err(vim(e)),
+        };
+        let mut found: Vec<MadeFor> = objects
+            .iter()
+            .filter_map(|o| {
+                let vm = Vm::from(o);
+                if !made_for(identity, &vm, o.text("config.annotation")) {
+                    return None;
+                }
+                let bios = vm.bios_uuid?;
+                let deleting = vm
+                    .instance_uuid
+                    .as_deref()
+                    .is_some_and(|uid| matches!(self.tasks.get(uid), Some((OpKind::Destroy, _))));
+                Some(MadeFor {
+                    provider_id: format!("vsphere://{bios}"),
+                    uid: vm.instance_uuid,
+                    backend_ref: format!("{} ({})", vm.moref, vm.name),
+                    deleting,
+                })
+            })
+            .collect();
+        found.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
+        Ok(found)
     }
 
     /// [`Self::find`] and [`Self::poll`] at once: one call when the VM has been seen and
@@ -311,6 +424,42 @@ mod tests {
             let got = owns(&id, &vm(instance.as_deref(), bios.as_deref())).unwrap();
             assert_eq!(got, want, "{instance:?} {bios:?} {provider_id:?}");
         }
+    }
+
+    #[test]
+    fn a_vm_is_made_for_the_object_its_keys_or_else_its_notes_name() {
+        let id = identity("7f1c2a5e-0000-4000-8000-000000000001", None);
+        let keyed = |ns: &str, name: &str, kind: Option<&str>| {
+            let mut vm = vm(None, None);
+            vm.extra.insert(guestinfo::NAMESPACE_KEY.into(), ns.into());
+            vm.extra.insert(guestinfo::NAME_KEY.into(), name.into());
+            if let Some(kind) = kind {
+                vm.extra.insert(guestinfo::KIND_KEY.into(), kind.into());
+            }
+            vm
+        };
+        assert!(made_for(
+            &id,
+            &keyed("ns", "m", Some("VSphereMachine")),
+            None
+        ));
+        assert!(!made_for(&id, &keyed("ns", "m2", None), None));
+        assert!(!made_for(&id, &keyed("other", "m", None), None));
+        assert!(!made_for(
+            &id,
+            &keyed("ns", "m", Some("ProxmoxMachine")),
+            None
+        ));
+        // Keys win over notes; without keys (an older VM), the notes decide.
+        let notes = "Managed by banlieue: ns/m (uid 7f1c2a5e-0000-4000-8000-000000000009)";
+        assert!(!made_for(&id, &keyed("other", "m", None), Some(notes)));
+        assert!(made_for(&id, &vm(None, None), Some(notes)));
+        assert!(!made_for(
+            &id,
+            &vm(None, None),
+            Some("Managed by banlieue: ns/m2 (uid x)")
+        ));
+        assert!(!made_for(&id, &vm(None, None), None));
     }
 
     #[test]

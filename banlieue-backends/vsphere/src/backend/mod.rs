@@ -467,6 +467,19 @@ impl Backend for VSphereBackend {
         Ok(self.observation(&vm, pending))
     }
 
+    /// VMs named after the object whose notes say banlieue made them for its namespace
+    /// and name ([`locate`]).
+    async fn made_for(
+        &self,
+        kind: &str,
+        identity: &MachineIdentity,
+    ) -> Result<Vec<banlieue_sdk::backend::MadeFor>, BackendError> {
+        if kind != "VSphereMachine" {
+            return Ok(Vec::new());
+        }
+        self.made_for_machine(identity).await
+    }
+
     async fn observe(
         &self,
         identity: &MachineIdentity,

@@ -35,6 +35,7 @@ mod create_cap;
 mod ipam;
 pub(crate) mod orphan;
 mod plan;
+mod restore;
 
 use super::context::{Context, key_of};
 use super::feed::Subscription;
@@ -295,6 +296,38 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
     if let Err(stop) = create_cap::may_create(machine, ctx, provider, &backend) {
         return stopped(machine, ctx, stop).await;
     }
+    // A machine with no provider ID and nothing recorded may be an object restored from
+    // a backup (or a VM's machine rebuilt after one): its VM may exist under an older UID.
+    let adopting = if machine.has_provider_id()
+        || reached_backend(machine)
+        || machine.annotations().contains_key(COPIED_FROM_ANNOTATION)
+    {
+        None
+    } else {
+        match restored(machine, ctx, &backend).await {
+            Ok(restore::Restore::Ensure) => None,
+            Ok(restore::Restore::Adopt { provider_id, from }) => Some((provider_id, from)),
+            Ok(restore::Restore::Wait(message)) => {
+                let stop = plan::Stop::Waiting {
+                    reason: restore::RESTORE_PENDING,
+                    message,
+                    retry: plan::Retry::After(restore::RESTORE_RECHECK),
+                };
+                return stopped(machine, ctx, stop).await;
+            }
+            Err(error) => {
+                let stop = plan::Stop::Waiting {
+                    reason: "ProviderNotReady",
+                    message: format!(
+                        "looking for a backend VM made for this object before creating one: {}: {}",
+                        error.reason, error.message
+                    ),
+                    retry: plan::Retry::Backoff,
+                };
+                return stopped(machine, ctx, stop).await;
+            }
+        }
+    };
     // Placement is behind us: the format decides nothing more here.
     let when = plan::bootstrap_read(machine.has_provider_id(), machine.is_ready(), || false);
     let bootstrap_ref = match (capi_bootstrap, machine.bootstrap()) {
@@ -334,8 +367,20 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             return stopped(machine, ctx, stop).await;
         }
     };
+    let mut identity = identity(machine);
+    if let Some((provider_id, from)) = &adopting {
+        identity.provider_id = Some(provider_id.clone());
+        ctx.event(
+            machine,
+            EventType::Normal,
+            "Adopted",
+            "Ensure",
+            format!("adopting the backend VM {from}, made for this object's namespace, kind and name before it was restored"),
+        )
+        .await;
+    }
     let request = MachineRequest {
-        identity: identity(machine),
+        identity,
         spec,
         failure_domain: match &placement {
             Some(p) => p.failure_domain.clone(),
@@ -433,6 +478,37 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
             Ok(retry)
         }
     }
+}
+
+/// What a machine without a provider ID does about the backend VMs made for its
+/// namespace, kind and name ([`restore::decide`]).
+async fn restored<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    backend: &super::backends::Instrumented,
+) -> Result<restore::Restore, BackendError> {
+    let kind = K::kind(&());
+    let identity = identity(machine);
+    let found = backend.made_for(&kind, &identity).await?;
+    let what = format!("{kind} {}/{}", identity.namespace, identity.name);
+    let uid = identity.uid.as_str();
+    Ok(restore::decide(uid, &what, &found, |made| {
+        let by_id = ctx
+            .stores
+            .machines
+            .iter()
+            .flat_map(|k| k.claiming(&made.provider_id, uid))
+            .map(|(_, _, who)| who)
+            .min();
+        by_id.or_else(|| {
+            let recorded = made.uid.as_deref()?;
+            ctx.stores
+                .infra_machines()
+                .iter()
+                .any(|m| m.uid == recorded)
+                .then(|| format!("the live machine with UID {recorded}"))
+        })
+    }))
 }
 
 /// What a plan's [`plan::Retry`] is for this machine.
