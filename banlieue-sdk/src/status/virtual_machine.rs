@@ -768,6 +768,204 @@ mod tests {
     }
 
     #[test]
+    fn a_move_ends_saying_how_and_where_the_vm_is() {
+        let from = placement();
+        let to = ScheduledPlacement {
+            provider: "q".into(),
+            ..placement()
+        };
+        let r = reference();
+        let m = machine_ready();
+        let base = Input {
+            generation: Some(2),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Placed(&to),
+            infra: Some(Infra {
+                reference: &r,
+                provider_id: Some("libvirt://x"),
+                status: Some(&m),
+            }),
+            migration: Some(Migration {
+                reason: "RemovingOldMachine",
+                message: "p -> q",
+                moving: true,
+            }),
+            waiting: None,
+            deleting: false,
+            drift: PlacementDrift::NotChecked,
+        };
+        let moving = compute(None, &base, &now(1));
+        let ended = |s: &VirtualMachineStatus| {
+            let c = conditions::get(&s.conditions, "Migrating").unwrap();
+            (c.status.clone(), c.reason.clone(), c.message.clone())
+        };
+        let done = compute(
+            Some(&moving),
+            &Input {
+                migration: None,
+                ..base
+            },
+            &now(2),
+        );
+        assert_eq!(
+            ended(&done),
+            (
+                "False".into(),
+                "Completed".into(),
+                "moved: the VM is on Provider q".into()
+            )
+        );
+        assert_eq!(
+            compute(
+                Some(&done),
+                &Input {
+                    migration: None,
+                    ..base
+                },
+                &now(3)
+            ),
+            done,
+            "no churn"
+        );
+        // Put back while moving: back on p.
+        let back = compute(
+            Some(&moving),
+            &Input {
+                scheduling: Scheduling::Placed(&from),
+                migration: None,
+                ..base
+            },
+            &now(2),
+        );
+        assert_eq!(ended(&back).1, "Withdrawn");
+        assert!(
+            ended(&back).2.contains("move to Provider q was withdrawn"),
+            "{:?}",
+            ended(&back)
+        );
+        // Refused, then no longer asked for.
+        let refused = compute(
+            None,
+            &Input {
+                scheduling: Scheduling::Placed(&from),
+                migration: Some(Migration {
+                    reason: "CopyDiskUnsupported",
+                    message: "p -> q: ...",
+                    moving: false,
+                }),
+                ..base
+            },
+            &now(1),
+        );
+        let dropped = compute(
+            Some(&refused),
+            &Input {
+                scheduling: Scheduling::Placed(&from),
+                migration: None,
+                ..base
+            },
+            &now(2),
+        );
+        assert_eq!(ended(&dropped).1, "Withdrawn");
+        assert!(
+            ended(&dropped).2.contains("CopyDiskUnsupported")
+                && ended(&dropped).2.contains("stays on Provider p"),
+            "{:?}",
+            ended(&dropped)
+        );
+    }
+
+    #[test]
+    fn a_drift_is_shown_without_touching_ready_and_cleared_once_it_matches() {
+        let p = placement();
+        let r = reference();
+        let m = machine_ready();
+        let base = Input {
+            generation: Some(1),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Placed(&p),
+            infra: Some(Infra {
+                reference: &r,
+                provider_id: Some("libvirt://x"),
+                status: Some(&m),
+            }),
+            migration: None,
+            waiting: None,
+            deleting: false,
+            drift: PlacementDrift::Matches,
+        };
+        let clean = compute(None, &base, &now(1));
+        assert!(
+            conditions::get(&clean.conditions, "PlacementDrifted").is_none(),
+            "absent until it happens"
+        );
+        let drifted = compute(
+            Some(&clean),
+            &Input {
+                drift: PlacementDrift::Drifted {
+                    reason: "ProviderLabelsChanged",
+                    message: "Provider p no longer matches",
+                },
+                ..base
+            },
+            &now(2),
+        );
+        let c = conditions::get(&drifted.conditions, "PlacementDrifted").unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "ProviderLabelsChanged")
+        );
+        assert!(conditions::is_true(&drifted.conditions, "Ready"));
+        let unchecked = compute(
+            Some(&drifted),
+            &Input {
+                drift: PlacementDrift::NotChecked,
+                ..base
+            },
+            &now(3),
+        );
+        assert_eq!(
+            unchecked, drifted,
+            "a reconcile that did not check keeps it"
+        );
+        let fixed = compute(Some(&drifted), &base, &now(4));
+        let c = conditions::get(&fixed.conditions, "PlacementDrifted").unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Matches"));
+    }
+
+    #[test]
+    fn the_basis_is_recorded_with_the_placement_and_kept_when_not_given() {
+        let mut with_basis = placement();
+        with_basis.basis = Some(crate::api::virtual_machine::PlacementBasis {
+            class_ref: "small".into(),
+            image_ref: "debian".into(),
+            ..Default::default()
+        });
+        let input = Input {
+            generation: Some(1),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Placed(&with_basis),
+            infra: None,
+            migration: None,
+            waiting: None,
+            deleting: false,
+            drift: PlacementDrift::NotChecked,
+        };
+        let s = compute(Some(&VirtualMachineStatus::default()), &input, &now(1));
+        assert_eq!(s.placement.as_ref().unwrap().basis, with_basis.basis);
+        let without = placement();
+        let kept = compute(
+            Some(&s),
+            &Input {
+                scheduling: Scheduling::Placed(&without),
+                ..input
+            },
+            &now(2),
+        );
+        assert_eq!(kept.placement.unwrap().basis, with_basis.basis);
+    }
+
+    #[test]
     fn power_messages_read_as_the_api_spells_them() {
         let p = placement();
         let input = Input {
