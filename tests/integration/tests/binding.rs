@@ -471,6 +471,16 @@ async fn a_vcenter_relabelled_keeps_its_vm_on_vcsim() {
         Arc::new(SimFactory::new()),
         Duration::from_secs(5),
     );
+    // Both Ready before the VM comes: it goes to vc-a (name order) only then.
+    let providers: Api<Provider> = ns.api();
+    for name in ["vc-a", "vc-b"] {
+        wait_for(&providers, name, WAIT, |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+        })
+        .await;
+    }
     let vms: Api<VirtualMachine> = ns.api();
     apply(
         &ns.client,
