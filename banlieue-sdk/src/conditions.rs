@@ -24,6 +24,9 @@ pub mod types {
     pub const POWER_STATE: &str = "PowerState";
     /// VirtualMachine: moving to another Provider.
     pub const MIGRATING: &str = "Migrating";
+    /// VirtualMachine: another object changed so that its placement no longer matches;
+    /// it stays bound where it is (abnormal-true; present once it has happened).
+    pub const PLACEMENT_DRIFTED: &str = "PlacementDrifted";
     /// CAPI objects: reconciliation is paused.
     pub const PAUSED: &str = "Paused";
 }

@@ -339,12 +339,13 @@ fn chain(w: &World, unreachable: (String, String)) -> Stage {
         image: &image,
         providers: &providers,
         current: None,
+        basis: scheduling::Basis::Unrecorded,
         siblings: &siblings,
         loads: Some(&loads),
     });
     let target = match decision {
         Decision::Place(target) => target,
-        Decision::Keep => return Stage::Kept,
+        Decision::Keep { .. } => return Stage::Kept,
         Decision::Unschedulable { reason, message } => {
             let s = status::virtual_machine::compute(
                 None,
@@ -359,6 +360,7 @@ fn chain(w: &World, unreachable: (String, String)) -> Stage {
                     migration: None,
                     waiting: None,
                     deleting: false,
+                    drift: Default::default(),
                 },
                 &now(),
             );
@@ -407,6 +409,7 @@ fn chain(w: &World, unreachable: (String, String)) -> Stage {
             migration: None,
             waiting: None,
             deleting: false,
+            drift: Default::default(),
         },
         &now(),
     );

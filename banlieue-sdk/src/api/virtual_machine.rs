@@ -296,7 +296,7 @@ pub struct VirtualMachineStatus {
 }
 
 /// Where a VirtualMachine is scheduled.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduledPlacement {
     /// Provider name (same namespace).
@@ -313,6 +313,43 @@ pub struct ScheduledPlacement {
     /// When the placement was decided; unchanged while it holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduled_at: Option<Time>,
+    /// What the placement was decided from: the VM's own `spec.placement`,
+    /// `spec.classRef` and `spec.imageRef` at that time. A placed VM is **bound** to its
+    /// Provider: only a change to these fields of its own spec can move it (a changed
+    /// `providerRef`/`providerSelector` the Provider no longer matches, a changed
+    /// `failureDomainSelector` its failure domain no longer matches, a class or image
+    /// the Provider cannot serve). An edit to any other object (a Provider's labels or
+    /// settings, a failure domain's labels) that makes the placement no longer match
+    /// moves nothing; the VM reports it with `PlacementDrifted=True`. Absent on a VM
+    /// placed by an older operator: it is bound as if its spec had not changed, and the
+    /// basis is recorded at its next reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<PlacementBasis>,
+}
+
+/// The parts of a VirtualMachine's own spec a placement was decided from (see
+/// [`ScheduledPlacement::basis`]).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementBasis {
+    /// `spec.placement` when the placement was decided.
+    #[serde(default)]
+    pub placement: Placement,
+    /// `spec.classRef.name` when the placement was decided.
+    pub class_ref: String,
+    /// `spec.imageRef.name` when the placement was decided.
+    pub image_ref: String,
+}
+
+impl PlacementBasis {
+    /// The basis `vm`'s spec gives now.
+    pub fn of(vm: &VirtualMachineSpec) -> Self {
+        Self {
+            placement: vm.placement.clone(),
+            class_ref: vm.class_ref.name.clone(),
+            image_ref: vm.image_ref.name.clone(),
+        }
+    }
 }
 
 /// Lifecycle phase of a VirtualMachine.

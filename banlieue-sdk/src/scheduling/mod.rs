@@ -2,12 +2,14 @@
 //! Providers of its namespace and its sibling VirtualMachines to a placement.
 //!
 //! Rules, in order:
-//! 1. **Sticky.** A VM that is placed stays where it is while its placement still
-//!    matches: the Provider exists and satisfies `providerRef`/`providerSelector`, and the
-//!    failure domain still satisfies `failureDomainSelector`. A Provider being down is
-//!    not a reason to move (that would recreate machines on every outage). A power
-//!    state the Provider cannot give (`Suspended` where it is not published) makes the
-//!    VM unschedulable where it is (`CapabilitiesMissing`), never moves it.
+//! 1. **Bound.** A VM that is placed stays on its Provider until its own spec asks for
+//!    another placement (see [`binding`]): a change to another object (a Provider's
+//!    labels or settings, a failure domain's labels, a Provider being deleted) that
+//!    makes the placement no longer match moves nothing and is reported
+//!    ([`Drift`]). A Provider being down is not a reason to move either (that would
+//!    recreate machines on every outage). A power state the Provider cannot give
+//!    (`Suspended` where it is not published) makes the VM unschedulable where it is
+//!    (`CapabilitiesMissing`), never moves it.
 //! 2. **Feasible.** Otherwise a candidate (Provider, failure domain) must: match the
 //!    placement; be Ready and not paused; have a source in the image for its class
 //!    (and not be listed as lacking it in the image's status); publish in
@@ -18,6 +20,7 @@
 //! 3. **Best.** Among feasible candidates: fewest `Preferred` anti-affinity conflicts,
 //!    then fewest VMs already placed there (spread), then name order. Deterministic.
 
+mod binding;
 mod selector;
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +33,10 @@ use crate::backend::Wants;
 use crate::backend::capabilities;
 use crate::conditions;
 
+pub use binding::{
+    Basis, CAPABILITIES_CHANGED, Drift, FAILURE_DOMAIN_CHANGED, PROVIDER_DELETING,
+    PROVIDER_LABELS_CHANGED,
+};
 pub use selector::matches;
 
 /// `Scheduled`'s reason when every matching Provider is usable but cannot do
@@ -57,6 +64,9 @@ pub struct Input<'a> {
     /// Where the VM is placed now: its `status.placement`, or a decision not yet
     /// visible in the cache. `None` for a VM never placed.
     pub current: Option<&'a ScheduledPlacement>,
+    /// What `current` was decided from: tells the VM's own spec changing (which may
+    /// move it) from other objects changing (which never does).
+    pub basis: Basis<'a>,
     /// Other VMs in the namespace (the VM itself may be among them; it is skipped).
     pub siblings: &'a [Sibling<'a>],
     /// Spread counts kept apart from `siblings`. When given, spread reads them and
@@ -134,8 +144,11 @@ impl<'a> Sibling<'a> {
 /// The outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
-    /// Stay where it is (the current placement still matches).
-    Keep,
+    /// Stay where it is: bound to its Provider.
+    Keep {
+        /// What no longer matches because another object changed, if anything.
+        drift: Option<Drift>,
+    },
     /// Place (or move) it here.
     Place(Target),
     /// No candidate fits.
@@ -172,31 +185,38 @@ impl Target {
             failure_domain: self.failure_domain.clone(),
             topology: self.topology.clone(),
             scheduled_at,
+            basis: None,
         }
     }
 }
 
 /// Decides where `input.vm` runs.
 pub fn schedule(input: &Input<'_>) -> Decision {
-    if let Some(current) = input.current
-        && let Some(provider) = still_matches(input, current)
-    {
-        // Placed: only what can change on a machine that exists is checked again (its
-        // power state). The VM stays where it is either way; a move is never the
-        // answer to "this Provider cannot suspend".
-        let missing = capabilities::published(provider.status.as_ref())
-            .missing(&wants(input, provider).running());
-        if !missing.is_empty() {
-            return Decision::Unschedulable {
-                reason: CAPABILITIES_MISSING,
-                message: format!(
-                    "{}: {} (the machine stays as it is)",
-                    current.provider,
-                    missing.join("; ")
-                ),
-            };
+    if let Some(current) = input.current {
+        match binding::bound(input, current) {
+            binding::Bound::Stay { provider, drift } => {
+                // The power state is the one thing checked again on a machine that
+                // exists. The VM stays where it is either way; a move is never the
+                // answer to "this Provider cannot suspend".
+                let missing = capabilities::published(provider.status.as_ref())
+                    .missing(&wants(input, provider).running());
+                if !missing.is_empty() {
+                    return Decision::Unschedulable {
+                        reason: CAPABILITIES_MISSING,
+                        message: format!(
+                            "{}: {} (the machine stays as it is)",
+                            current.provider,
+                            missing.join("; ")
+                        ),
+                    };
+                }
+                return Decision::Keep { drift };
+            }
+            binding::Bound::Stuck { reason, message } => {
+                return Decision::Unschedulable { reason, message };
+            }
+            binding::Bound::Release => {}
         }
-        return Decision::Keep;
     }
     if let Some(refused) = image_refuses_bootstrap(input) {
         return refused;
@@ -325,6 +345,7 @@ pub fn placement_of_machine(
         failure_domain: failure_domain.map(str::to_owned),
         topology,
         scheduled_at: None,
+        basis: None,
     })
 }
 
@@ -353,22 +374,6 @@ fn provider_matches(vm: &VirtualMachine, provider: &Provider) -> bool {
                 .unwrap_or(&BTreeMap::new()),
         ),
         (None, None) => true,
-    }
-}
-
-/// The Provider of `current`, when the placement still matches.
-fn still_matches<'p>(input: &Input<'p>, current: &ScheduledPlacement) -> Option<&'p Provider> {
-    let provider = input
-        .providers
-        .iter()
-        .find(|p| p.metadata.name.as_deref() == Some(current.provider.as_str()))?;
-    if !provider_matches(input.vm, provider) || current.provider_class != Some(provider.spec.class)
-    {
-        return None;
-    }
-    match &input.vm.spec.placement.failure_domain_selector {
-        None => Some(provider),
-        Some(selector) => matches(selector, &current.topology).then_some(provider),
     }
 }
 
@@ -419,7 +424,13 @@ fn provider_usable(input: &Input<'_>, provider: &Provider) -> Result<(), String>
     }
     let status = provider.status.as_ref();
     if !status.is_some_and(|s| conditions::is_true(&s.conditions, conditions::types::READY)) {
-        return Err("not Ready".into());
+        // Its own Ready condition says why: the fix is on the Provider.
+        let ready = status.and_then(|s| conditions::get(&s.conditions, conditions::types::READY));
+        return Err(match ready {
+            Some(c) if c.message.is_empty() => format!("not Ready ({})", c.reason),
+            Some(c) => format!("not Ready ({}: {})", c.reason, c.message),
+            None => "not Ready (not checked yet: the Provider has no Ready condition)".into(),
+        });
     }
     if !input.image.spec.sources.has(provider.spec.class) {
         return Err(format!("image has no {} source", provider.spec.class));
@@ -487,6 +498,16 @@ fn domain_usable(
             return Err("does not match failureDomainSelector".into());
         }
     }
+    offers(input, provider, domain)
+}
+
+/// Whether `provider` offers, in `domain`, every storage class, network class and
+/// feature the VM and its class ask.
+fn offers(
+    input: &Input<'_>,
+    provider: &Provider,
+    domain: Option<&DiscoveredFailureDomain>,
+) -> Result<(), String> {
     let declared_storage = |class: &str| {
         provider
             .spec

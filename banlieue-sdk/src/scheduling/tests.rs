@@ -8,7 +8,8 @@ use super::*;
 use crate::api::common::{LocalObjectReference, ProviderClass};
 use crate::api::provider::{Capabilities, ClassMapping, Connection, ProviderSpec, ProviderStatus};
 use crate::api::virtual_machine::{
-    AntiAffinityTerm, NetworkInterface, Placement, VirtualMachineSpec, VirtualMachineStatus,
+    AntiAffinityTerm, NetworkInterface, Placement, PlacementBasis, VirtualMachineSpec,
+    VirtualMachineStatus,
 };
 use crate::api::vm_class::OsDisk;
 use crate::api::vm_image::{
@@ -155,13 +156,31 @@ fn vm(name: &str, placement: Placement) -> VirtualMachine {
     vm
 }
 
+/// `vm` placed at `target`, decided from the spec it has now.
 fn placed(mut vm: VirtualMachine, target: &Target) -> VirtualMachine {
+    let mut placement = target.to_status(None);
+    placement.basis = Some(PlacementBasis::of(&vm.spec));
     vm.status = Some(VirtualMachineStatus {
-        placement: Some(target.to_status(None)),
+        placement: Some(placement),
         ..Default::default()
     });
     vm
 }
+
+/// What `vm`'s status says its placement was decided from.
+fn basis_of(vm: &VirtualMachine) -> Basis<'_> {
+    match vm
+        .status
+        .as_ref()
+        .and_then(|s| s.placement.as_ref())
+        .and_then(|p| p.basis.as_ref())
+    {
+        Some(basis) => Basis::Recorded(basis),
+        None => Basis::Unrecorded,
+    }
+}
+
+const KEEP: Decision = Decision::Keep { drift: None };
 
 fn sim(name: &str) -> Provider {
     provider(name, ProviderClass::Sim, vec![fd("a", "za"), fd("b", "zb")])
@@ -185,6 +204,7 @@ fn decide_with(
         image,
         providers,
         current: vm.status.as_ref().and_then(|s| s.placement.as_ref()),
+        basis: basis_of(vm),
         siblings: &siblings,
         loads: None,
     })
@@ -338,10 +358,7 @@ fn required_anti_affinity_spreads_and_then_blocks() {
         Decision::Unschedulable { .. }
     ));
     // The VM never conflicts with itself.
-    assert_eq!(
-        decide(&s1, &providers, std::slice::from_ref(&s1)),
-        Decision::Keep
-    );
+    assert_eq!(decide(&s1, &providers, std::slice::from_ref(&s1)), KEEP);
 }
 
 #[test]
@@ -352,16 +369,19 @@ fn placement_is_sticky_until_it_stops_matching() {
     // A new, emptier Provider does not attract it; neither does its Provider going down.
     let mut down = sim(&target.provider);
     down.status.as_mut().unwrap().conditions.clear();
-    assert_eq!(decide(&placed_vm, &[down, sim("p0")], &[]), Decision::Keep);
+    assert_eq!(decide(&placed_vm, &[down, sim("p0")], &[]), KEEP);
     // Changing providerRef moves it.
     let mut moved = placed_vm.clone();
     moved.spec.placement.provider_ref = Some(LocalObjectReference::new("p2"));
     assert_eq!(target_of(decide(&moved, &providers, &[])).provider, "p2");
-    // So does its Provider disappearing.
-    assert!(matches!(
-        decide(&placed_vm, &[sim("other")], &[]),
-        Decision::Place(_)
-    ));
+    // Its Provider disappearing does not: it is bound there, and says so.
+    match decide(&placed_vm, &[sim("other")], &[]) {
+        Decision::Unschedulable { reason, message } => {
+            assert_eq!(reason, "ProviderNotFound");
+            assert!(message.contains("change spec.placement"), "{message}");
+        }
+        other => panic!("a bound VM was moved: {other:?}"),
+    }
 }
 
 #[test]
@@ -391,10 +411,11 @@ fn a_placement_read_back_from_its_machine_is_kept() {
         image: &image,
         providers: &providers,
         current,
+        basis: Basis::Unrecorded,
         siblings: &siblings,
         loads: None,
     };
-    assert_eq!(schedule(&input(Some(&recovered))), Decision::Keep);
+    assert_eq!(schedule(&input(Some(&recovered))), KEEP);
     assert_ne!(
         target_of(schedule(&input(None))).failure_domain,
         target.failure_domain,
@@ -448,7 +469,7 @@ proptest! {
                 prop_assert_eq!(p.metadata.labels.as_ref().unwrap().get("region").map(String::as_str), Some(region));
                 prop_assert!(conditions::is_true(&p.status.as_ref().unwrap().conditions, "Ready"));
                 let placed_vm = placed(v.clone(), &t);
-                prop_assert_eq!(decide(&placed_vm, &providers, &siblings), Decision::Keep, "sticky once placed");
+                prop_assert_eq!(decide(&placed_vm, &providers, &siblings), KEEP, "sticky once placed");
                 siblings.push(placed_vm);
             }
         }
@@ -522,7 +543,7 @@ proptest! {
         let needed: &[Sibling<'_>] = if v.spec.placement.anti_affinity.is_empty() { &[] } else { &all };
         let counted = schedule(&Input {
             vm: &v, class: &class, image: &image, providers: &providers, current: None,
-            siblings: needed, loads: Some(&loads),
+            basis: Basis::Unrecorded, siblings: needed, loads: Some(&loads),
         });
         prop_assert_eq!(counted, decide(&v, &providers, &siblings));
     }
@@ -588,6 +609,7 @@ mod capability_checks {
             image,
             providers,
             current: vm.status.as_ref().and_then(|s| s.placement.as_ref()),
+            basis: basis_of(vm),
             siblings: &[],
             loads: None,
         })
@@ -758,8 +780,14 @@ mod capability_checks {
                 topology: BTreeMap::new(),
             },
         );
-        // Placed before the Provider lost efi-secure: kept (only power is re-checked).
-        assert_eq!(run(&v, &c, &image, &providers), Decision::Keep);
+        // Placed before the Provider lost efi-secure: kept, and the loss reported.
+        match run(&v, &c, &image, &providers) {
+            Decision::Keep { drift: Some(drift) } => {
+                assert_eq!(drift.reason, CAPABILITIES_CHANGED);
+                assert!(drift.message.contains("efi-secure"), "{}", drift.message);
+            }
+            other => panic!("{other:?}"),
+        }
         v.spec.power_state = PowerState::Suspended;
         match run(&v, &c, &image, &providers) {
             Decision::Unschedulable { reason, message } => {
@@ -818,8 +846,479 @@ mod capability_checks {
                         prop_assert!(message.contains(&line), "{} lacks {}", message, line);
                     }
                 }
-                Decision::Keep => prop_assert!(false, "never placed"),
+                Decision::Keep { .. } => prop_assert!(false, "never placed"),
             }
+        }
+    }
+}
+
+/// A placed VM is bound: what other objects do never moves it, its own spec can.
+mod binding_rules {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn selector(pairs: &[(&str, &str)]) -> Option<LabelSelector> {
+        Some(LabelSelector {
+            match_labels: Some(labels(pairs)),
+            ..Default::default()
+        })
+    }
+
+    fn zone_in(zones: &[&str]) -> Option<LabelSelector> {
+        Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "zone".into(),
+                operator: "In".into(),
+                values: Some(zones.iter().map(|z| z.to_string()).collect()),
+            }]),
+            ..Default::default()
+        })
+    }
+
+    /// Two Providers of region east; `v` (selecting region east, zone za) placed on p1/a.
+    fn world() -> (Vec<Provider>, VirtualMachine) {
+        let providers = vec![sim("p1"), sim("p2")];
+        let placement = Placement {
+            provider_selector: selector(&[("region", "east")]),
+            failure_domain_selector: zone_in(&["za"]),
+            ..Default::default()
+        };
+        let v = vm("v", placement);
+        let target = target_of(decide(&v, &providers, &[]));
+        assert_eq!(
+            (target.provider.as_str(), target.failure_domain.as_deref()),
+            ("p1", Some("a"))
+        );
+        (providers.clone(), placed(v, &target))
+    }
+
+    fn drift(decision: Decision) -> Drift {
+        match decision {
+            Decision::Keep { drift: Some(drift) } => drift,
+            other => panic!("expected a kept VM with a drift, got {other:?}"),
+        }
+    }
+
+    fn moved_to(decision: Decision) -> String {
+        match decision {
+            Decision::Place(t) => {
+                format!("{}/{}", t.provider, t.failure_domain.unwrap_or_default())
+            }
+            other => panic!("expected a move, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_change_elsewhere_is_reported_and_moves_nothing() {
+        let (providers, v) = world();
+        type Edit = fn(&mut Vec<Provider>);
+        let table: [(&str, Edit, &str, &str); 7] = [
+            (
+                "the Provider relabelled",
+                |p| p[0].metadata.labels = Some(labels(&[("region", "west")])),
+                PROVIDER_LABELS_CHANGED,
+                "no longer matches spec.placement.providerSelector",
+            ),
+            (
+                "the failure domain's labels changed",
+                |p| p[0].status.as_mut().unwrap().failure_domains[0] = fd("a", "zx"),
+                FAILURE_DOMAIN_CHANGED,
+                "failure domain a of Provider p1 no longer matches",
+            ),
+            (
+                "the failure domain no longer reported",
+                |p| {
+                    p[0].status
+                        .as_mut()
+                        .unwrap()
+                        .failure_domains
+                        .remove(0)
+                        .name
+                        .clear()
+                },
+                FAILURE_DOMAIN_CHANGED,
+                "no longer reports failure domain a",
+            ),
+            (
+                "a storage class no longer offered",
+                |p| {
+                    p[0].status.as_mut().unwrap().failure_domains[0]
+                        .storage_classes
+                        .clear()
+                },
+                CAPABILITIES_CHANGED,
+                "storage class fast not offered",
+            ),
+            (
+                "a network class unmapped",
+                |p| {
+                    p[0].status.as_mut().unwrap().failure_domains[0]
+                        .network_classes
+                        .clear()
+                },
+                CAPABILITIES_CHANGED,
+                "network class frontend not offered",
+            ),
+            (
+                "the backend no longer publishing a firmware",
+                |p| {
+                    p[0].status.as_mut().unwrap().backend_capabilities =
+                        Some(crate::api::provider::BackendCapabilities {
+                            power_states: vec![crate::api::common::PowerState::PoweredOn],
+                            ..Default::default()
+                        })
+                },
+                CAPABILITIES_CHANGED,
+                "cannot boot",
+            ),
+            (
+                "the Provider being deleted",
+                |p| p[0].metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH)),
+                PROVIDER_DELETING,
+                "Provider p1 is being deleted",
+            ),
+        ];
+        for (case, edit, reason, text) in table {
+            let mut edited = providers.clone();
+            edit(&mut edited);
+            let d = drift(decide(&v, &edited, &[]));
+            assert_eq!(d.reason, reason, "{case}: {}", d.message);
+            assert!(d.message.contains(text), "{case}: {}", d.message);
+            assert!(
+                d.message.contains("Nothing is moved") && d.message.contains("its own spec"),
+                "{case}: says what holds and how to move it: {}",
+                d.message
+            );
+        }
+        // Untouched: no drift at all.
+        assert_eq!(decide(&v, &providers, &[]), KEEP);
+    }
+
+    #[test]
+    fn a_provider_that_is_down_reports_no_drift() {
+        let (mut providers, v) = world();
+        let status = providers[0].status.as_mut().unwrap();
+        status.conditions.clear();
+        status.failure_domains.clear();
+        status.backend_capabilities = None;
+        assert_eq!(decide(&v, &providers, &[]), KEEP);
+    }
+
+    #[test]
+    fn the_vms_own_spec_can_move_it() {
+        let (providers, v) = world();
+        let mut by_ref = v.clone();
+        by_ref.spec.placement.provider_selector = None;
+        by_ref.spec.placement.provider_ref = Some(LocalObjectReference::new("p2"));
+        assert_eq!(moved_to(decide(&by_ref, &providers, &[])), "p2/a");
+
+        let mut other_zone = v.clone();
+        other_zone.spec.placement.failure_domain_selector = zone_in(&["zb"]);
+        assert_eq!(moved_to(decide(&other_zone, &providers, &[])), "p1/b");
+
+        // A new class the Provider cannot serve (a feature only p2 has).
+        let mut featured = providers.clone();
+        for domain in &mut featured[1].status.as_mut().unwrap().failure_domains {
+            domain.features = vec!["gpu".into()];
+        }
+        let mut new_class = v.clone();
+        new_class.spec.class_ref = LocalObjectReference::new("gpu");
+        let mut gpu = class();
+        gpu.required_features = vec!["gpu".into()];
+        let siblings: Vec<Sibling<'_>> = Vec::new();
+        let image = image_on(&featured);
+        let run = |vm: &VirtualMachine, class: &VMClassSpec| {
+            schedule(&Input {
+                vm,
+                class,
+                image: &image,
+                providers: &featured,
+                current: vm.status.as_ref().and_then(|s| s.placement.as_ref()),
+                basis: basis_of(vm),
+                siblings: &siblings,
+                loads: None,
+            })
+        };
+        assert_eq!(moved_to(run(&new_class, &gpu)), "p2/a");
+        // A new class it can serve: stays.
+        assert_eq!(run(&new_class, &class()), KEEP);
+        // The same class needing gpu without a spec change (the class object edited):
+        // stays, and says so.
+        let d = drift(run(&v, &gpu));
+        assert_eq!(d.reason, CAPABILITIES_CHANGED);
+        assert!(
+            d.message.contains("feature gpu not offered"),
+            "{}",
+            d.message
+        );
+    }
+
+    #[test]
+    fn a_spec_change_moves_only_for_what_it_changed() {
+        let (mut providers, v) = world();
+        // The domain drifted; then the owner edits only the providerSelector, to one
+        // the Provider still matches: the domain's drift does not move it.
+        providers[0].status.as_mut().unwrap().failure_domains[0] = fd("a", "zx");
+        let mut edited = v.clone();
+        edited.spec.placement.provider_selector = selector(&[("region", "east"), ("app", "x")]);
+        providers[0]
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("app".into(), "x".into());
+        assert_eq!(
+            drift(decide(&edited, &providers, &[])).reason,
+            FAILURE_DOMAIN_CHANGED
+        );
+        // Anti-affinity edits never move a placed VM.
+        let mut spread = v.clone();
+        spread.spec.placement.anti_affinity = vec![AntiAffinityTerm {
+            label_selector: selector(&[("app", "web")]).unwrap(),
+            topology_key: "zone".into(),
+            mode: AffinityMode::Required,
+        }];
+        let sibling = placed(
+            vm("s", Placement::default()),
+            &Target {
+                provider: "p1".into(),
+                class: ProviderClass::Sim,
+                failure_domain: Some("a".into()),
+                topology: labels(&[("zone", "zx")]),
+            },
+        );
+        assert!(matches!(
+            decide(&spread, &providers, &[sibling]),
+            Decision::Keep { .. }
+        ));
+    }
+
+    #[test]
+    fn a_vm_placed_before_bases_were_recorded_is_bound() {
+        let (providers, mut v) = world();
+        v.status.as_mut().unwrap().placement.as_mut().unwrap().basis = None;
+        let mut relabelled = providers.clone();
+        relabelled[0].metadata.labels = Some(labels(&[("region", "west")]));
+        assert_eq!(
+            drift(decide(&v, &relabelled, &[])).reason,
+            PROVIDER_LABELS_CHANGED
+        );
+        // Even its providerRef naming another Provider: it cannot be told from an edit
+        // made before the upgrade; it stays and says how to move it.
+        v.spec.placement.provider_selector = None;
+        v.spec.placement.provider_ref = Some(LocalObjectReference::new("p2"));
+        let d = drift(decide(&v, &providers, &[]));
+        assert!(
+            d.message.contains("change spec.placement again"),
+            "{}",
+            d.message
+        );
+    }
+
+    #[test]
+    fn a_pending_move_is_checked_again() {
+        let (providers, mut v) = world();
+        v.spec.placement.provider_selector = None;
+        v.spec.placement.provider_ref = Some(LocalObjectReference::new("p2"));
+        // Recorded as if already decided from this spec (a copy that failed mid-move
+        // wrote it), but the move is still asked for.
+        v.status.as_mut().unwrap().placement.as_mut().unwrap().basis =
+            Some(PlacementBasis::of(&v.spec));
+        let (class, image) = (class(), image_on(&providers));
+        let input = |basis| Input {
+            vm: &v,
+            class: &class,
+            image: &image,
+            providers: &providers,
+            current: v.status.as_ref().and_then(|s| s.placement.as_ref()),
+            basis,
+            siblings: &[],
+            loads: None,
+        };
+        assert!(matches!(
+            schedule(&input(basis_of(&v))),
+            Decision::Keep { .. }
+        ));
+        assert_eq!(moved_to(schedule(&input(Basis::MovePending))), "p2/a");
+    }
+
+    #[test]
+    fn a_new_image_not_yet_checked_there_waits() {
+        let (providers, mut v) = world();
+        v.spec.image_ref = LocalObjectReference::new("img2");
+        let mut unchecked = image();
+        unchecked.metadata.name = Some("img2".into());
+        match decide_with(&v, &unchecked, &providers, &[]) {
+            Decision::Unschedulable { reason, message } => {
+                assert_eq!(reason, "ImageNotYetChecked");
+                assert!(message.contains("stays as it is"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut missing = image_on(&providers);
+        missing.metadata.name = Some("img2".into());
+        missing.status.as_mut().unwrap().providers[0].available = false;
+        assert_eq!(moved_to(decide_with(&v, &missing, &providers, &[])), "p2/a");
+    }
+
+    #[test]
+    fn not_ready_says_why() {
+        let mut p = sim("p1");
+        p.status.as_mut().unwrap().conditions = vec![Condition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: "Unreachable".into(),
+            message: "connection refused".into(),
+            observed_generation: None,
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        }];
+        let mut unchecked = sim("p2");
+        unchecked.status.as_mut().unwrap().conditions.clear();
+        let v = vm("v", Placement::default());
+        match decide(&v, &[p, unchecked], &[]) {
+            Decision::Unschedulable { message, .. } => assert_eq!(
+                message,
+                "no Provider fits: p1: not Ready (Unreachable: connection refused); \
+                 p2: not Ready (not checked yet: the Provider has no Ready condition)"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// One edit to the Providers, drawn at random.
+    #[derive(Clone, Debug)]
+    enum Edit {
+        Relabel(usize, u8),
+        DomainLabels(usize, usize, u8),
+        DropDomain(usize, usize),
+        DropStorage(usize),
+        DropFeatures(usize),
+        Capabilities(usize),
+        NotReady(usize),
+        Pause(usize),
+        Delete(usize),
+        Add(u8),
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        prop_oneof![
+            (0usize..3, 0u8..4).prop_map(|(p, r)| Edit::Relabel(p, r)),
+            (0usize..3, 0usize..2, 0u8..4).prop_map(|(p, d, z)| Edit::DomainLabels(p, d, z)),
+            (0usize..3, 0usize..2).prop_map(|(p, d)| Edit::DropDomain(p, d)),
+            (0usize..3).prop_map(Edit::DropStorage),
+            (0usize..3).prop_map(Edit::DropFeatures),
+            (0usize..3).prop_map(Edit::Capabilities),
+            (0usize..3).prop_map(Edit::NotReady),
+            (0usize..3).prop_map(Edit::Pause),
+            (0usize..3).prop_map(Edit::Delete),
+            (0u8..4).prop_map(Edit::Add),
+        ]
+    }
+
+    const REGIONS: [&str; 4] = ["east", "west", "north", "south"];
+    const ZONES: [&str; 4] = ["za", "zb", "zc", "zd"];
+
+    fn apply(providers: &mut Vec<Provider>, edit: &Edit) {
+        let n = providers.len();
+        match *edit {
+            Edit::Relabel(p, r) => {
+                providers[p % n].metadata.labels = Some(labels(&[("region", REGIONS[r as usize])]))
+            }
+            Edit::DomainLabels(p, d, z) => {
+                let domains = &mut providers[p % n].status.as_mut().unwrap().failure_domains;
+                if let Some(domain) = domains.get_mut(d) {
+                    domain.labels = labels(&[("zone", ZONES[z as usize])]);
+                }
+            }
+            Edit::DropDomain(p, d) => {
+                let domains = &mut providers[p % n].status.as_mut().unwrap().failure_domains;
+                if d < domains.len() {
+                    domains.remove(d);
+                }
+            }
+            Edit::DropStorage(p) => {
+                for d in &mut providers[p % n].status.as_mut().unwrap().failure_domains {
+                    d.storage_classes.clear();
+                }
+            }
+            Edit::DropFeatures(p) => {
+                for d in &mut providers[p % n].status.as_mut().unwrap().failure_domains {
+                    d.features.clear();
+                }
+            }
+            Edit::Capabilities(p) => {
+                providers[p % n]
+                    .status
+                    .as_mut()
+                    .unwrap()
+                    .backend_capabilities = Some(Default::default())
+            }
+            Edit::NotReady(p) => providers[p % n].status.as_mut().unwrap().conditions.clear(),
+            Edit::Pause(p) => providers[p % n].spec.paused = true,
+            Edit::Delete(p) => {
+                providers[p % n].metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH))
+            }
+            Edit::Add(r) => {
+                let mut fresh = sim(&format!("p{}", providers.len()));
+                fresh.metadata.labels = Some(labels(&[("region", REGIONS[r as usize])]));
+                providers.push(fresh);
+            }
+        }
+    }
+
+    proptest! {
+        /// For any edits to Providers, their failure domains and capabilities, with the
+        /// VM's spec unchanged, a placed VM is never moved (kept, or reported where it is).
+        #[test]
+        fn no_change_elsewhere_moves_a_placed_vm(
+            region in 0u8..4,
+            zones in proptest::collection::vec(0u8..4, 0..3),
+            features in any::<bool>(),
+            recorded in any::<bool>(),
+            edits in proptest::collection::vec(edit(), 1..8),
+        ) {
+            let mut providers = vec![sim("p0"), sim("p1"), sim("p2")];
+            for p in &mut providers {
+                p.metadata.labels = Some(labels(&[("region", REGIONS[region as usize])]));
+                for d in &mut p.status.as_mut().unwrap().failure_domains {
+                    d.features = vec!["gpu".into()];
+                }
+            }
+            let placement = Placement {
+                provider_selector: selector(&[("region", REGIONS[region as usize])]),
+                failure_domain_selector: (!zones.is_empty()).then(|| {
+                    let names: Vec<&str> = zones.iter().map(|z| ZONES[*z as usize]).collect();
+                    zone_in(&names)
+                }).flatten(),
+                ..Default::default()
+            };
+            let mut c = class();
+            if features {
+                c.required_features = vec!["gpu".into()];
+            }
+            let fresh = vm("v", placement);
+            let image = image_on(&providers);
+            let first = schedule(&Input {
+                vm: &fresh, class: &c, image: &image, providers: &providers, current: None,
+                basis: Basis::Unrecorded, siblings: &[], loads: None,
+            });
+            let Decision::Place(target) = first else { return Ok(()) };
+            let mut v = placed(fresh, &target);
+            if !recorded {
+                v.status.as_mut().unwrap().placement.as_mut().unwrap().basis = None;
+            }
+            for e in &edits {
+                apply(&mut providers, e);
+            }
+            let decision = schedule(&Input {
+                vm: &v, class: &c, image: &image, providers: &providers,
+                current: v.status.as_ref().and_then(|s| s.placement.as_ref()),
+                basis: basis_of(&v), siblings: &[], loads: None,
+            });
+            prop_assert!(
+                !matches!(decision, Decision::Place(_)),
+                "moved by {:?}: {:?}", edits, decision
+            );
         }
     }
 }

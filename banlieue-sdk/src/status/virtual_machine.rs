@@ -47,6 +47,26 @@ pub struct Migration<'a> {
     pub moving: bool,
 }
 
+/// Whether a bound VM's placement still matches (see [`crate::scheduling::Drift`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub enum PlacementDrift<'a> {
+    /// Not looked at by this reconcile: `PlacementDrifted` stays as it is.
+    #[default]
+    NotChecked,
+    /// It matches: `PlacementDrifted` turns `False` if it was `True`.
+    Matches,
+    /// Another object changed: `PlacementDrifted=True`.
+    Drifted {
+        /// CamelCase reason, e.g. `ProviderLabelsChanged`.
+        reason: &'a str,
+        /// What changed, and that nothing moves.
+        message: &'a str,
+    },
+}
+
+/// `PlacementDrifted`'s reason once the placement matches again.
+pub const PLACEMENT_MATCHES: &str = "Matches";
+
 /// Everything the VM's status depends on.
 #[derive(Clone, Copy, Debug)]
 pub struct Input<'a> {
@@ -65,6 +85,8 @@ pub struct Input<'a> {
     pub waiting: Option<(&'a str, &'a str)>,
     /// The VM is being deleted.
     pub deleting: bool,
+    /// Whether its placement still matches.
+    pub drift: PlacementDrift<'a>,
 }
 
 /// The status after one reconcile.
@@ -82,15 +104,20 @@ pub fn compute(
 
     let scheduled = match input.scheduling {
         Scheduling::Placed(placement) => {
-            let unchanged = status
-                .placement
-                .as_ref()
-                .is_some_and(|p| same_place(p, placement));
-            if !unchanged {
-                status.placement = Some(ScheduledPlacement {
-                    scheduled_at: placement.scheduled_at.clone().or_else(|| Some(now.clone())),
-                    ..placement.clone()
-                });
+            match status.placement.as_mut() {
+                Some(p) if same_place(p, placement) => {
+                    // What it was decided from is recorded when given (a placement
+                    // kept while a refused move is reported keeps its own).
+                    if placement.basis.is_some() && p.basis != placement.basis {
+                        p.basis = placement.basis.clone();
+                    }
+                }
+                _ => {
+                    status.placement = Some(ScheduledPlacement {
+                        scheduled_at: placement.scheduled_at.clone().or_else(|| Some(now.clone())),
+                        ..placement.clone()
+                    });
+                }
             }
             let message = format!(
                 "on Provider {}{}",
@@ -125,13 +152,38 @@ pub fn compute(
                     .message(m.message),
             );
         }
-        None if conditions::get(&status.conditions, types::MIGRATING).is_some() => {
+        None => {
+            if let Some((reason, message)) = move_ended(&status, previous, input.scheduling) {
+                set(
+                    &mut status,
+                    Desired::new(types::MIGRATING, Status::False, reason).message(&message),
+                );
+            }
+        }
+    }
+
+    match input.drift {
+        PlacementDrift::NotChecked => {}
+        PlacementDrift::Drifted { reason, message } => {
             set(
                 &mut status,
-                Desired::new(types::MIGRATING, Status::False, "Completed"),
+                Desired::new(types::PLACEMENT_DRIFTED, Status::True, reason).message(message),
             );
         }
-        None => {}
+        PlacementDrift::Matches => {
+            if conditions::is_true(&status.conditions, types::PLACEMENT_DRIFTED) {
+                let on = status
+                    .placement
+                    .as_ref()
+                    .map(|p| p.provider.clone())
+                    .unwrap_or_default();
+                set(
+                    &mut status,
+                    Desired::new(types::PLACEMENT_DRIFTED, Status::False, PLACEMENT_MATCHES)
+                        .message(&format!("the placement on Provider {on} matches again")),
+                );
+            }
+        }
     }
 
     let infra_ready = mirror_infra(&mut status, input.infra, moving);
@@ -203,6 +255,54 @@ pub fn compute(
     );
     status.phase = Some(phase(&status, input, scheduled));
     status
+}
+
+/// `Completed`: a move ended where it was going.
+pub const MOVE_COMPLETED: &str = "Completed";
+/// `Withdrawn`: a move in progress, or refused, is no longer asked for: the VM stays
+/// (or is back) where it was.
+pub const MOVE_WITHDRAWN: &str = "Withdrawn";
+
+/// The `Migrating` condition a reconcile that moves nothing leaves: a move in progress
+/// or refused ended (how, and where the VM is), else `None` (nothing to change).
+fn move_ended(
+    status: &VirtualMachineStatus,
+    previous: Option<&VirtualMachineStatus>,
+    scheduling: Scheduling<'_>,
+) -> Option<(&'static str, String)> {
+    let migrating = conditions::get(&status.conditions, types::MIGRATING)?;
+    if migrating.status == "False"
+        && (migrating.reason == MOVE_COMPLETED || migrating.reason == MOVE_WITHDRAWN)
+    {
+        return None;
+    }
+    let Scheduling::Placed(here) = scheduling else {
+        return None;
+    };
+    let was_going = previous.and_then(|p| p.placement.as_ref());
+    Some(if migrating.status == "True" {
+        match was_going {
+            Some(to) if to.provider != here.provider => (
+                MOVE_WITHDRAWN,
+                format!(
+                    "the move to Provider {} was withdrawn (spec.placement no longer asks for it);                      the VM is on Provider {}",
+                    to.provider, here.provider
+                ),
+            ),
+            _ => (
+                MOVE_COMPLETED,
+                format!("moved: the VM is on Provider {}", here.provider),
+            ),
+        }
+    } else {
+        (
+            MOVE_WITHDRAWN,
+            format!(
+                "the move refused before ({}) is no longer asked for; the VM stays on Provider {}",
+                migrating.reason, here.provider
+            ),
+        )
+    })
 }
 
 /// A power state as the API spells it.
@@ -367,6 +467,7 @@ mod tests {
             migration: None,
             waiting: None,
             deleting: false,
+            drift: PlacementDrift::NotChecked,
         };
         let s1 = compute(None, &input, &now(5));
         assert!(
@@ -398,6 +499,7 @@ mod tests {
             migration: None,
             waiting: None,
             deleting: false,
+            drift: PlacementDrift::NotChecked,
         };
         let s = compute(None, &input, &now(1));
         let scheduled = conditions::get(&s.conditions, "Scheduled").unwrap();
@@ -458,6 +560,7 @@ mod tests {
             }),
             waiting: None,
             deleting: false,
+            drift: PlacementDrift::NotChecked,
         };
         let s = compute(None, &refused, &now(1));
         let migrating = conditions::get(&s.conditions, "Migrating").unwrap();
@@ -491,6 +594,7 @@ mod tests {
             migration: None,
             waiting: None,
             deleting: false,
+            drift: PlacementDrift::NotChecked,
         };
         let built = Input {
             infra: Some(Infra {
@@ -589,6 +693,7 @@ mod tests {
             migration: None,
             waiting: Some(("BootstrapDataNotFound", "bootstrap Secret ud not found")),
             deleting: false,
+            drift: PlacementDrift::NotChecked,
         };
         let s = compute(None, &input, &now(2));
         let infra = conditions::get(&s.conditions, "InfrastructureReady").unwrap();
@@ -644,6 +749,7 @@ mod tests {
             migration: None,
             waiting: None,
             deleting: false,
+            drift: PlacementDrift::NotChecked,
         };
         let s = compute(None, &input, &now(1));
         assert_eq!(s.phase, Some(VirtualMachinePhase::Running));
@@ -662,6 +768,204 @@ mod tests {
     }
 
     #[test]
+    fn a_move_ends_saying_how_and_where_the_vm_is() {
+        let from = placement();
+        let to = ScheduledPlacement {
+            provider: "q".into(),
+            ..placement()
+        };
+        let r = reference();
+        let m = machine_ready();
+        let base = Input {
+            generation: Some(2),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Placed(&to),
+            infra: Some(Infra {
+                reference: &r,
+                provider_id: Some("libvirt://x"),
+                status: Some(&m),
+            }),
+            migration: Some(Migration {
+                reason: "RemovingOldMachine",
+                message: "p -> q",
+                moving: true,
+            }),
+            waiting: None,
+            deleting: false,
+            drift: PlacementDrift::NotChecked,
+        };
+        let moving = compute(None, &base, &now(1));
+        let ended = |s: &VirtualMachineStatus| {
+            let c = conditions::get(&s.conditions, "Migrating").unwrap();
+            (c.status.clone(), c.reason.clone(), c.message.clone())
+        };
+        let done = compute(
+            Some(&moving),
+            &Input {
+                migration: None,
+                ..base
+            },
+            &now(2),
+        );
+        assert_eq!(
+            ended(&done),
+            (
+                "False".into(),
+                "Completed".into(),
+                "moved: the VM is on Provider q".into()
+            )
+        );
+        assert_eq!(
+            compute(
+                Some(&done),
+                &Input {
+                    migration: None,
+                    ..base
+                },
+                &now(3)
+            ),
+            done,
+            "no churn"
+        );
+        // Put back while moving: back on p.
+        let back = compute(
+            Some(&moving),
+            &Input {
+                scheduling: Scheduling::Placed(&from),
+                migration: None,
+                ..base
+            },
+            &now(2),
+        );
+        assert_eq!(ended(&back).1, "Withdrawn");
+        assert!(
+            ended(&back).2.contains("move to Provider q was withdrawn"),
+            "{:?}",
+            ended(&back)
+        );
+        // Refused, then no longer asked for.
+        let refused = compute(
+            None,
+            &Input {
+                scheduling: Scheduling::Placed(&from),
+                migration: Some(Migration {
+                    reason: "CopyDiskUnsupported",
+                    message: "p -> q: ...",
+                    moving: false,
+                }),
+                ..base
+            },
+            &now(1),
+        );
+        let dropped = compute(
+            Some(&refused),
+            &Input {
+                scheduling: Scheduling::Placed(&from),
+                migration: None,
+                ..base
+            },
+            &now(2),
+        );
+        assert_eq!(ended(&dropped).1, "Withdrawn");
+        assert!(
+            ended(&dropped).2.contains("CopyDiskUnsupported")
+                && ended(&dropped).2.contains("stays on Provider p"),
+            "{:?}",
+            ended(&dropped)
+        );
+    }
+
+    #[test]
+    fn a_drift_is_shown_without_touching_ready_and_cleared_once_it_matches() {
+        let p = placement();
+        let r = reference();
+        let m = machine_ready();
+        let base = Input {
+            generation: Some(1),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Placed(&p),
+            infra: Some(Infra {
+                reference: &r,
+                provider_id: Some("libvirt://x"),
+                status: Some(&m),
+            }),
+            migration: None,
+            waiting: None,
+            deleting: false,
+            drift: PlacementDrift::Matches,
+        };
+        let clean = compute(None, &base, &now(1));
+        assert!(
+            conditions::get(&clean.conditions, "PlacementDrifted").is_none(),
+            "absent until it happens"
+        );
+        let drifted = compute(
+            Some(&clean),
+            &Input {
+                drift: PlacementDrift::Drifted {
+                    reason: "ProviderLabelsChanged",
+                    message: "Provider p no longer matches",
+                },
+                ..base
+            },
+            &now(2),
+        );
+        let c = conditions::get(&drifted.conditions, "PlacementDrifted").unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "ProviderLabelsChanged")
+        );
+        assert!(conditions::is_true(&drifted.conditions, "Ready"));
+        let unchecked = compute(
+            Some(&drifted),
+            &Input {
+                drift: PlacementDrift::NotChecked,
+                ..base
+            },
+            &now(3),
+        );
+        assert_eq!(
+            unchecked, drifted,
+            "a reconcile that did not check keeps it"
+        );
+        let fixed = compute(Some(&drifted), &base, &now(4));
+        let c = conditions::get(&fixed.conditions, "PlacementDrifted").unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Matches"));
+    }
+
+    #[test]
+    fn the_basis_is_recorded_with_the_placement_and_kept_when_not_given() {
+        let mut with_basis = placement();
+        with_basis.basis = Some(crate::api::virtual_machine::PlacementBasis {
+            class_ref: "small".into(),
+            image_ref: "debian".into(),
+            ..Default::default()
+        });
+        let input = Input {
+            generation: Some(1),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Placed(&with_basis),
+            infra: None,
+            migration: None,
+            waiting: None,
+            deleting: false,
+            drift: PlacementDrift::NotChecked,
+        };
+        let s = compute(Some(&VirtualMachineStatus::default()), &input, &now(1));
+        assert_eq!(s.placement.as_ref().unwrap().basis, with_basis.basis);
+        let without = placement();
+        let kept = compute(
+            Some(&s),
+            &Input {
+                scheduling: Scheduling::Placed(&without),
+                ..input
+            },
+            &now(2),
+        );
+        assert_eq!(kept.placement.unwrap().basis, with_basis.basis);
+    }
+
+    #[test]
     fn power_messages_read_as_the_api_spells_them() {
         let p = placement();
         let input = Input {
@@ -672,6 +976,7 @@ mod tests {
             migration: None,
             waiting: None,
             deleting: false,
+            drift: PlacementDrift::NotChecked,
         };
         let s = compute(None, &input, &now(1));
         let power = conditions::get(&s.conditions, "PowerState").unwrap();

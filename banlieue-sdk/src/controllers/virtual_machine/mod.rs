@@ -23,13 +23,15 @@ use super::infra::{self, Existing};
 use super::kinds::Shutdown;
 use super::status_write;
 use super::{VIRTUAL_MACHINE_FINALIZER, watch};
-use crate::api::virtual_machine::{MigrationStrategy, ScheduledPlacement};
+use crate::api::virtual_machine::{MigrationStrategy, PlacementBasis, ScheduledPlacement};
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
 use crate::build::{self, machine_kind};
 use crate::conditions;
-use crate::scheduling::{self, Decision, Sibling, Target};
+use crate::scheduling::{self, Basis, Decision, Drift, Sibling, Target};
 use crate::status::machine::DELETE_FAILED;
-use crate::status::virtual_machine::{Infra, Input, Migration, Scheduling, compute, worth_writing};
+use crate::status::virtual_machine::{
+    Infra, Input, Migration, PlacementDrift, Scheduling, compute, worth_writing,
+};
 use plan::Placement;
 
 const NAME: &str = "virtualmachine";
@@ -162,6 +164,7 @@ struct Outcome<'a> {
     scheduling: Scheduling<'a>,
     migration: Option<Migration<'a>>,
     waiting: Option<(&'a str, &'a str)>,
+    drift: PlacementDrift<'a>,
 }
 
 async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
@@ -187,20 +190,23 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     let providers = providers_in(ctx, &namespace);
     let held = crate::capi::metadata::paused(vm.meta(), None).is_some()
         || crate::capi::metadata::deleted_for_move(vm.meta());
+    let mut drift = None;
     let decision = match (&class, &image) {
         (Some(class), Some(image)) if synced && !held => {
             let recorded = existing
                 .iter()
                 .find(|e| !e.deleting)
                 .and_then(|e| e.placement(&providers));
-            Some(decide(
+            let (decision, drifted) = decide(
                 ctx,
                 vm,
                 &class.spec,
                 image.as_ref(),
                 &providers,
                 recorded.as_ref(),
-            ))
+            );
+            drift = drifted;
+            Some(decision)
         }
         _ => None,
     };
@@ -222,6 +228,13 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         Placement::Unschedulable { reason, message } => {
             return unschedulable(vm, ctx, reason, &message, existing.first()).await;
         }
+        Placement::PowerOnly {
+            machine,
+            reason,
+            message,
+        } => {
+            return power_only(vm, ctx, &existing[machine], &providers, (reason, &message)).await;
+        }
         Placement::Recreate {
             target,
             stale,
@@ -237,7 +250,16 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
     let (Some(class), Some(image)) = (class, image) else {
         unreachable!("the plan builds only with a class and an image");
     };
-    let placement = target.to_status(None);
+    // Recorded with the placement: what it was decided from (see `scheduling::binding`).
+    let mut placement = target.to_status(None);
+    placement.basis = Some(PlacementBasis::of(&vm.spec));
+    let drift = match &drift {
+        Some(d) => PlacementDrift::Drifted {
+            reason: d.reason,
+            message: &d.message,
+        },
+        None => PlacementDrift::Matches,
+    };
 
     let ensured = match bootstrap::ensure_secret(vm, ctx).await {
         Err(error) => match super::expected::rejected(&error) {
@@ -256,6 +278,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                 scheduling: Scheduling::Placed(&placement),
                 migration: None,
                 waiting: Some((reason, &message)),
+                drift,
             };
             write_status(vm, ctx, &outcome, existing.first()).await?;
             return Ok(Action::requeue(plan::bootstrap_retry(
@@ -285,6 +308,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                 },
                 migration: None,
                 waiting: None,
+                drift: PlacementDrift::NotChecked,
             };
             write_status(vm, ctx, &outcome, existing.first()).await?;
             return Ok(Action::await_change());
@@ -328,6 +352,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                 scheduling: Scheduling::Placed(&placement),
                 migration: None,
                 waiting: Some(("InfraMachineRejected", &message)),
+                drift,
             };
             write_status(vm, ctx, &outcome, current_infra).await?;
             return Ok(Action::requeue(ctx.settings.sync_period));
@@ -357,6 +382,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         scheduling: Scheduling::Placed(&placement),
         migration: None,
         waiting: None,
+        drift,
     };
     if write_status(vm, ctx, &outcome, current_infra).await? {
         ctx.succeeded(&key_of(vm));
@@ -409,9 +435,49 @@ async fn recreate(
             moving: true,
         }),
         waiting: None,
+        drift: PlacementDrift::NotChecked,
     };
     write_status(vm, ctx, &outcome, None).await?;
     Ok(Action::requeue(plan::RECREATE_RECHECK))
+}
+
+/// A VM whose class or image is missing keeps its machine as it is, but its power is
+/// still applied: `spec.powerState` is patched onto the machine (the one field that
+/// needs neither). The VM stays `Scheduled` where it is and says what is missing.
+async fn power_only(
+    vm: &VirtualMachine,
+    ctx: &Context,
+    machine: &Existing,
+    providers: &[Provider],
+    (reason, message): (&str, &str),
+) -> Result<Action, Error> {
+    let here = vm
+        .status
+        .as_ref()
+        .and_then(|s| s.placement.clone())
+        .or_else(|| machine.placement(providers));
+    let Some(here) = here else {
+        return unschedulable(vm, ctx, reason, message, Some(machine)).await;
+    };
+    if machine.desired_power != vm.spec.power_state {
+        let power = serde_json::to_value(vm.spec.power_state).unwrap_or_default();
+        infra::patch(
+            ctx,
+            &vm.namespace().unwrap_or_default(),
+            machine,
+            &serde_json::json!({"spec": {"powerState": power}}),
+        )
+        .await?;
+        ctx.metrics.wrote(NAME);
+    }
+    let outcome = Outcome {
+        scheduling: Scheduling::Placed(&here),
+        migration: None,
+        waiting: Some((reason, message)),
+        drift: PlacementDrift::NotChecked,
+    };
+    write_status(vm, ctx, &outcome, Some(machine)).await?;
+    Ok(Action::requeue(ctx.settings.sync_period))
 }
 
 /// The Providers of `namespace`, as the cache holds them.
@@ -437,6 +503,7 @@ async fn unschedulable(
         scheduling: Scheduling::Unschedulable { reason, message },
         migration: None,
         waiting: None,
+        drift: PlacementDrift::NotChecked,
     };
     write_status(vm, ctx, &outcome, infra).await?;
     Ok(Action::requeue(ctx.backoff(&key_of(vm))))
@@ -480,7 +547,7 @@ fn decide(
     image: &VMImage,
     providers: &[Provider],
     recorded: Option<&ScheduledPlacement>,
-) -> Result<Target, (&'static str, String)> {
+) -> (Result<Target, (&'static str, String)>, Option<Drift>) {
     let uid = vm.uid().unwrap_or_default();
     let namespace = vm.metadata.namespace.as_deref().unwrap_or_default();
     let mut book = ctx.placements.lock().expect("placement ledger");
@@ -493,12 +560,21 @@ fn decide(
         .or_else(|| book.decided(&uid))
         .or(recorded)
         .cloned();
+    let basis = if move_pending(vm) {
+        Basis::MovePending
+    } else {
+        match current.as_ref().and_then(|c| c.basis.as_ref()) {
+            Some(basis) => Basis::Recorded(basis),
+            None => Basis::Unrecorded,
+        }
+    };
     let mut input = scheduling::Input {
         vm,
         class,
         image,
         providers,
         current: current.as_ref(),
+        basis,
         siblings: &[],
         loads: None,
     };
@@ -506,7 +582,7 @@ fn decide(
     // counts are kept, and siblings are gathered only for anti-affinity (a scan of
     // the namespace's VMs).
     let decision = match scheduling::schedule(&input) {
-        Decision::Keep => Decision::Keep,
+        keep @ Decision::Keep { .. } => keep,
         _ => {
             let cached = || ctx.vms.get().map(|s| s.state()).unwrap_or_default();
             let loads = book.loads(namespace, cached).clone();
@@ -529,16 +605,33 @@ fn decide(
         }
     };
     match decision {
-        Decision::Keep => current.as_ref().map(target_of).ok_or((
-            "NoFeasibleProvider",
-            "no current placement to keep".to_owned(),
-        )),
+        Decision::Keep { drift } => (
+            current.as_ref().map(target_of).ok_or((
+                "NoFeasibleProvider",
+                "no current placement to keep".to_owned(),
+            )),
+            drift,
+        ),
         Decision::Place(target) => {
-            book.decide(namespace, uid, target.to_status(None));
-            Ok(target)
+            let mut decided = target.to_status(None);
+            decided.basis = Some(PlacementBasis::of(&vm.spec));
+            book.decide(namespace, uid, decided);
+            (Ok(target), None)
         }
-        Decision::Unschedulable { reason, message } => Err((reason, message)),
+        Decision::Unschedulable { reason, message } => (Err((reason, message)), None),
     }
+}
+
+/// Whether a move `vm`'s own spec asked for was refused or undone, leaving it where it
+/// was (its `Migrating` condition says so): its placement is then checked against the
+/// spec again on each reconcile, as the move is still asked for.
+fn move_pending(vm: &VirtualMachine) -> bool {
+    vm.status
+        .as_ref()
+        .and_then(|s| conditions::get(&s.conditions, conditions::types::MIGRATING))
+        .is_some_and(|c| {
+            c.status == "False" && copy_disk::STAYS_FOR_NOW.contains(&c.reason.as_str())
+        })
 }
 
 fn target_of(placement: &ScheduledPlacement) -> Target {
@@ -646,6 +739,7 @@ async fn report_deleting(
         scheduling: Scheduling::Placed(placement),
         migration: None,
         waiting: None,
+        drift: PlacementDrift::NotChecked,
     };
     write_status(vm, ctx, &outcome, Some(machine))
         .await
@@ -703,6 +797,7 @@ async fn write_status(
         migration: outcome.migration,
         waiting: outcome.waiting,
         deleting: vm.meta().deletion_timestamp.is_some(),
+        drift: outcome.drift,
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let previous = status_write::known(&ctx.written.virtual_machines, vm, vm.status.as_ref());
@@ -734,6 +829,24 @@ async fn write_status(
                 reason,
                 "Schedule",
                 message.to_owned(),
+            )
+            .await;
+        }
+    }
+    if let PlacementDrift::Drifted { reason, message } = outcome.drift {
+        // One Event per drift, not one per reconcile: only when the condition turns
+        // True or names another cause.
+        let already = previous
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, conditions::types::PLACEMENT_DRIFTED))
+            .is_some_and(|c| c.status == "True" && c.reason == reason);
+        if !already {
+            ctx.event(
+                vm,
+                EventType::Warning,
+                conditions::types::PLACEMENT_DRIFTED,
+                "Schedule",
+                format!("{reason}: {message}"),
             )
             .await;
         }

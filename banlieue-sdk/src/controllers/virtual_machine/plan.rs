@@ -52,6 +52,16 @@ pub(crate) enum Placement<'a> {
     Requeue(Duration),
     /// Write nothing; a change to the VM brings it back.
     AwaitChange,
+    /// The class or image is missing but the VM's machine exists: it is kept as it is,
+    /// only `spec.powerState` is applied to it, and the VM says what is missing.
+    PowerOnly {
+        /// The machine (an index into [`Facts::existing`]).
+        machine: usize,
+        /// `ClassNotFound` or `ImageNotFound`.
+        reason: &'static str,
+        /// What is missing, and what still works.
+        message: String,
+    },
     /// `Scheduled=False` with this reason, and back off.
     Unschedulable {
         /// Condition reason.
@@ -112,8 +122,28 @@ pub(crate) fn placement(facts: Facts<'_>) -> Placement<'_> {
             } else {
                 ("ImageNotFound", format!("VMImage {image} not found"))
             };
+            let live: Vec<usize> = (facts.existing.iter().enumerate())
+                .filter(|(_, e)| !e.deleting)
+                .map(|(i, _)| i)
+                .collect();
+            if let [machine] = live[..] {
+                // The VM runs on: it is neither rebuilt nor moved, only not updated, but
+                // its power is still the user's to switch (a power-off must not wait
+                // for a class to come back). Not during a move (two machines).
+                let e = &facts.existing[machine];
+                message.push_str(&format!(
+                    "; its {} {} is kept as it is and only spec.powerState is applied to it \
+                     until it exists again (recreate it, or point the VM at another one)",
+                    e.kind.kind(),
+                    e.name
+                ));
+                return Placement::PowerOnly {
+                    machine,
+                    reason,
+                    message,
+                };
+            }
             if let Some(machine) = running {
-                // The VM runs on: it is neither rebuilt nor moved, only not updated.
                 message.push_str(&format!(
                     "; its {} {} is kept as it is, and changes to the VM wait until it exists again",
                     machine.kind.kind(),

@@ -161,11 +161,32 @@ fn a_running_machine_is_kept_and_named_while_an_input_is_missing() {
     };
     assert_eq!(
         placement(f),
+        Placement::PowerOnly {
+            machine: 1,
+            reason: "ImageNotFound",
+            message: "VMImage ubuntu not found; its ProxmoxMachine vm is kept as it is and only \
+                      spec.powerState is applied to it until it exists again (recreate it, or \
+                      point the VM at another one)"
+                .into(),
+        },
+        "the machine kept (and powered as asked) is the one not being deleted"
+    );
+    // Mid-move (two live machines) nothing is touched: the move owns their power.
+    let moving = [
+        machine(InfraMachineKind::Proxmox, "pve"),
+        machine(InfraMachineKind::VSphere, "vc"),
+    ];
+    let f = Facts {
+        class: ("small", false),
+        decision: None,
+        ..facts(&moving, &providers)
+    };
+    assert_eq!(
+        placement(f),
         unschedulable(
-            "ImageNotFound",
-            "VMImage ubuntu not found; its ProxmoxMachine vm is kept as it is, and changes to the VM wait until it exists again"
+            "ClassNotFound",
+            "VMClass small not found; its ProxmoxMachine vm is kept as it is, and changes to the VM wait until it exists again"
         ),
-        "the machine named is the one not being deleted"
     );
 }
 

@@ -27,7 +27,7 @@ use crate::contract::InfraMachine;
 use crate::controllers::backends::Instrumented;
 use crate::controllers::context::{Context, key_of};
 use crate::controllers::infra::{self, Existing};
-use crate::status::virtual_machine::{Migration, Scheduling};
+use crate::status::virtual_machine::{Migration, PlacementDrift, Scheduling};
 use plan::{Facts, Step, Transfer};
 
 /// Annotation on a move's source machine: `<VM generation>:<why>` of the copy that
@@ -38,6 +38,13 @@ const COPY_FAILED_ANNOTATION: &str = "banlieue.io/copy-failed";
 pub(crate) const COPY_DISK_UNSUPPORTED: &str = "CopyDiskUnsupported";
 /// `Migrating` reason of a copy that failed and was undone.
 const COPY_FAILED: &str = "CopyFailed";
+/// `Migrating` reason of a move not started because a Provider of it is unreachable
+/// (asked again with backoff).
+pub(crate) const PROVIDER_UNREACHABLE: &str = "ProviderUnreachable";
+/// `Migrating` reasons (with `False`) of a move the VM's spec asks for that left it
+/// where it was for now: refused, undone, or waiting for a Provider to answer.
+pub(crate) const STAYS_FOR_NOW: [&str; 3] =
+    [COPY_DISK_UNSUPPORTED, COPY_FAILED, PROVIDER_UNREACHABLE];
 
 /// How often a running move is looked at (progress in the condition).
 const POLL: Duration = Duration::from_secs(2);
@@ -102,6 +109,9 @@ pub(crate) async fn advance(ctx: &Context, mv: Move<'_>) -> Result<Action, Error
     let mirrored = shown.or(source);
     let (reason, message, again): (&str, String, Duration) = match step {
         Step::Refuse(why) => return refuse(ctx, vm, (&from, &to), &why, source).await,
+        Step::RetryUnreachable(why) => {
+            return unreachable(ctx, vm, (&from, &to), &why, source).await;
+        }
         Step::StayFailed => {
             let why = source
                 .and_then(|s| s.annotations.get(COPY_FAILED_ANNOTATION))
@@ -295,9 +305,17 @@ async fn transfer(
             (false, _) => Transfer::Refused(cannot(&from, &s, "export")),
             (_, false) => Transfer::Refused(cannot(target, &t, "import")),
         },
-        (Err(u), _) | (_, Err(u)) => Transfer::Refused(format!(
-            "a Provider of the move is not reachable ({}: {}); nothing was touched",
-            u.reason, u.message
+        (Err(u), _) => Transfer::Unreachable(format!(
+            "Provider {} ({}: {})",
+            from.name_any(),
+            u.reason,
+            u.message
+        )),
+        (_, Err(u)) => Transfer::Unreachable(format!(
+            "Provider {} ({}: {})",
+            target.name_any(),
+            u.reason,
+            u.message
         )),
     }
 }
@@ -416,6 +434,7 @@ async fn write(
             moving,
         }),
         waiting: None,
+        drift: PlacementDrift::NotChecked,
     };
     write_status(vm, ctx, &outcome, infra).await.map(drop)
 }
@@ -449,6 +468,7 @@ async fn refuse(
             moving: false,
         }),
         waiting: None,
+        drift: PlacementDrift::NotChecked,
     };
     let refused_before = vm.status.as_ref().is_some_and(|s| {
         conditions::get(&s.conditions, "Migrating")
@@ -466,6 +486,56 @@ async fn refuse(
     }
     write_status(vm, ctx, &outcome, source).await?;
     Ok(Action::requeue(ctx.settings.sync_period))
+}
+
+/// A move not started because a Provider of it could not be reached to ask whether it
+/// can move disks: the VM stays where it is, says so, and asks again with backoff (an
+/// outage is not "unsupported").
+async fn unreachable(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    (from, to): (&str, &str),
+    why: &str,
+    source: Option<&Existing>,
+) -> Result<Action, Error> {
+    let message = format!(
+        "{from} -> {to}: cannot ask whether the disks can be copied: {why} is not reachable. \
+         Nothing was touched and the VM stays on {from}; the move is tried again with backoff \
+         (fix the Provider's connection, or put the placement back)"
+    );
+    let current = vm.status.as_ref().and_then(|s| s.placement.clone());
+    let outcome = Outcome {
+        scheduling: match &current {
+            Some(here) => Scheduling::Placed(here),
+            None => Scheduling::Unschedulable {
+                reason: PROVIDER_UNREACHABLE,
+                message: &message,
+            },
+        },
+        migration: Some(Migration {
+            reason: PROVIDER_UNREACHABLE,
+            message: &message,
+            moving: false,
+        }),
+        waiting: None,
+        drift: PlacementDrift::NotChecked,
+    };
+    let said_before = vm.status.as_ref().is_some_and(|s| {
+        conditions::get(&s.conditions, "Migrating")
+            .is_some_and(|c| c.reason == PROVIDER_UNREACHABLE)
+    });
+    if !said_before {
+        ctx.event(
+            vm,
+            EventType::Warning,
+            PROVIDER_UNREACHABLE,
+            "Migrate",
+            message.clone(),
+        )
+        .await;
+    }
+    write_status(vm, ctx, &outcome, source).await?;
+    Ok(Action::requeue(ctx.backoff(&key_of(vm))))
 }
 
 /// Carries a copied machine's lineage (where its disks came from, the instance-id it

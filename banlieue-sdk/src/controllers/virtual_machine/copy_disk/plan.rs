@@ -28,7 +28,10 @@ pub(crate) struct Target {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Transfer {
     Possible,
+    /// A backend of the move cannot export or import disks (for good).
     Refused(String),
+    /// A Provider of the move could not be reached to ask: not known yet.
+    Unreachable(String),
 }
 
 /// Where the background copy of this VM is.
@@ -56,6 +59,8 @@ pub(crate) struct Facts {
 pub(crate) enum Step {
     /// Refuse before anything is touched.
     Refuse(String),
+    /// A Provider of the move is unreachable: touch nothing, ask again with backoff.
+    RetryUnreachable(String),
     /// The copy failed for this generation: stay on the source until the spec changes.
     StayFailed,
     /// Set the source's `spec.powerState` to `PoweredOff`.
@@ -112,8 +117,10 @@ pub(crate) fn next(facts: &Facts) -> Step {
     if source.failed_at == Some(facts.generation) {
         return Step::StayFailed;
     }
-    if let Transfer::Refused(why) = &facts.transfer {
-        return Step::Refuse(why.clone());
+    match &facts.transfer {
+        Transfer::Refused(why) => return Step::Refuse(why.clone()),
+        Transfer::Unreachable(why) => return Step::RetryUnreachable(why.clone()),
+        Transfer::Possible => {}
     }
     if source.desired != PowerState::PoweredOff {
         return Step::StopSource;
@@ -242,6 +249,24 @@ mod tests {
     }
 
     #[test]
+    fn an_unreachable_provider_is_retried_not_refused() {
+        let mut f = facts(src(On, Some(On)), None, Job::NotRunning);
+        f.transfer = Transfer::Unreachable("pve: connection refused".into());
+        assert_eq!(
+            next(&f),
+            Step::RetryUnreachable("pve: connection refused".into()),
+            "not reported as unsupported, and nothing is touched"
+        );
+        // A copy that failed for this generation stays failed, reachable or not.
+        f.source.as_mut().unwrap().failed_at = Some(3);
+        assert_eq!(next(&f), Step::StayFailed);
+        // Reachable again: the move goes on.
+        f.source.as_mut().unwrap().failed_at = None;
+        f.transfer = Transfer::Possible;
+        assert_eq!(next(&f), Step::StopSource);
+    }
+
+    #[test]
     fn a_restarted_operator_resumes_a_copy_it_lost() {
         // The job lived in the dead process; the importing target says a copy was on.
         let f = facts(src(Off, Some(Off)), IMPORTING, Job::NotRunning);
@@ -262,14 +287,18 @@ mod tests {
             observed in proptest::option::of(power()),
             failed in proptest::option::of(0i64..5),
             target in proptest::option::of((proptest::bool::ANY, proptest::bool::ANY)),
-            refused in proptest::bool::ANY,
+            refused in 0u8..3,
             job in 0u8..4,
             generation in 0i64..5,
         ) {
             let facts = Facts {
                 source: live.then_some(Source { desired, observed, failed_at: failed }),
                 target: target.map(|(importing, ready)| Target { importing, ready }),
-                transfer: if refused { Transfer::Refused("no".into()) } else { Transfer::Possible },
+                transfer: match refused {
+                    0 => Transfer::Possible,
+                    1 => Transfer::Refused("no".into()),
+                    _ => Transfer::Unreachable("down".into()),
+                },
                 job: match job {
                     0 => Job::NotRunning,
                     1 => Job::Running("x".into()),
@@ -282,7 +311,7 @@ mod tests {
                 Step::CreateTarget => {
                     proptest::prop_assert_eq!(desired, Off);
                     proptest::prop_assert_eq!(observed, Some(Off));
-                    proptest::prop_assert!(!refused && facts.target.is_none());
+                    proptest::prop_assert!(refused == 0 && facts.target.is_none());
                 }
                 Step::DeleteSource => proptest::prop_assert_eq!(
                     facts.target,
@@ -291,7 +320,7 @@ mod tests {
                 Step::StartCopy | Step::FinishImport | Step::Copying(_) | Step::Fail(_) => {
                     proptest::prop_assert!(facts.target.is_some_and(|t| t.importing));
                 }
-                Step::StopSource | Step::Refuse(_) | Step::StayFailed => {
+                Step::StopSource | Step::Refuse(_) | Step::RetryUnreachable(_) | Step::StayFailed => {
                     proptest::prop_assert!(facts.target.is_none());
                 }
                 Step::WaitSourceStopped | Step::WaitTarget | Step::WaitSourceGone => {}
