@@ -154,12 +154,14 @@ impl JsonSchema for ProviderClass {
     }
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        // A CEL rule rather than `pattern`: the apiserver answers a failed pattern with
-        // the raw regex, which tells someone who wrote `Sim` nothing.
+        // The pattern stays (it is the schema clients and generators read), and a CEL
+        // rule says the same in words: the apiserver answers a failed pattern with the
+        // raw regex, which tells someone who wrote `Sim` nothing; it reports both.
         schemars::json_schema!({
             "type": "string",
             "minLength": 1,
             "maxLength": 63,
+            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
             "x-kubernetes-validations": [{
                 "rule": "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
                 "message": CLASS_RULE_MESSAGE,

@@ -269,8 +269,11 @@ async fn a_running_vm_whose_class_is_deleted_keeps_running_and_says_so() {
         .delete(&class, &DeleteParams::default())
         .await
         .unwrap();
+    // It stays placed (Scheduled=True: nothing moves it) and says what is missing
+    // where it matters, on InfrastructureReady (power operations still reach it:
+    // binding.rs `power_operations_work_while_the_class_is_missing`).
     let orphaned = wait_for(&vms, "v", WAIT, |vm| {
-        vm_condition(vm, "Scheduled").is_some_and(|c| c.reason == "ClassNotFound")
+        vm_condition(vm, "InfrastructureReady").is_some_and(|c| c.reason == "ClassNotFound")
     })
     .await;
     let status = orphaned.status.as_ref().unwrap();
@@ -279,13 +282,17 @@ async fn a_running_vm_whose_class_is_deleted_keeps_running_and_says_so() {
         Some(VirtualMachinePhase::Running),
         "not Pending"
     );
-    let scheduled = vm_condition(&orphaned, "Scheduled").unwrap();
     assert!(
-        scheduled.message.starts_with(&format!(
-            "VMClass {class} not found; its LibvirtMachine v is kept"
-        )),
+        vm_condition(&orphaned, "Scheduled").is_some_and(|c| c.status == "True"),
+        "still placed"
+    );
+    let missing = vm_condition(&orphaned, "InfrastructureReady").unwrap();
+    assert!(
+        missing
+            .message
+            .starts_with(&format!("VMClass {class} not found")),
         "{}",
-        scheduled.message
+        missing.message
     );
     assert!(status.provider_id.is_some());
 }
