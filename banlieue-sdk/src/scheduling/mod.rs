@@ -3,7 +3,7 @@
 //!
 //! Rules, in order:
 //! 1. **Bound.** A VM that is placed stays on its Provider until its own spec asks for
-//!    another placement (see [`binding`]): a change to another object (a Provider's
+//!    another placement (see the `binding` module): a change to another object (a Provider's
 //!    labels or settings, a failure domain's labels, a Provider being deleted) that
 //!    makes the placement no longer match moves nothing and is reported
 //!    ([`Drift`]). A Provider being down is not a reason to move either (that would

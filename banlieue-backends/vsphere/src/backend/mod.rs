@@ -468,7 +468,7 @@ impl Backend for VSphereBackend {
     }
 
     /// VMs named after the object whose notes say banlieue made them for its namespace
-    /// and name ([`locate`]).
+    /// and name (the `locate` module).
     async fn made_for(
         &self,
         kind: &str,
