@@ -298,35 +298,9 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
     }
     // A machine with no provider ID and nothing recorded may be an object restored from
     // a backup (or a VM's machine rebuilt after one): its VM may exist under an older UID.
-    let adopting = if machine.has_provider_id()
-        || reached_backend(machine)
-        || machine.annotations().contains_key(COPIED_FROM_ANNOTATION)
-    {
-        None
-    } else {
-        match restored(machine, ctx, &backend).await {
-            Ok(restore::Restore::Ensure) => None,
-            Ok(restore::Restore::Adopt { provider_id, from }) => Some((provider_id, from)),
-            Ok(restore::Restore::Wait(message)) => {
-                let stop = plan::Stop::Waiting {
-                    reason: restore::RESTORE_PENDING,
-                    message,
-                    retry: plan::Retry::After(restore::RESTORE_RECHECK),
-                };
-                return stopped(machine, ctx, stop).await;
-            }
-            Err(error) => {
-                let stop = plan::Stop::Waiting {
-                    reason: "ProviderNotReady",
-                    message: format!(
-                        "looking for a backend VM made for this object before creating one: {}: {}",
-                        error.reason, error.message
-                    ),
-                    retry: plan::Retry::Backoff,
-                };
-                return stopped(machine, ctx, stop).await;
-            }
-        }
+    let adopting = match restore_gate(machine, ctx, &backend).await {
+        Ok(adopting) => adopting,
+        Err(stop) => return stopped(machine, ctx, stop).await,
     };
     // Placement is behind us: the format decides nothing more here.
     let when = plan::bootstrap_read(machine.has_provider_id(), machine.is_ready(), || false);
@@ -482,6 +456,40 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
 
 /// What a machine without a provider ID does about the backend VMs made for its
 /// namespace, kind and name ([`restore::decide`]).
+/// Whether a machine about to be created adopts a backend VM made for its namespace,
+/// kind and name (`Some((provider ID, which VM))`), is created (`None`), or waits (the
+/// [`plan::Stop`] to report). Only a machine with no provider ID that never reached a
+/// backend and is not made on copied disks is looked for.
+async fn restore_gate<K: Machine>(
+    machine: &K,
+    ctx: &Context,
+    backend: &super::backends::Instrumented,
+) -> Result<Option<(String, String)>, plan::Stop> {
+    if machine.has_provider_id()
+        || reached_backend(machine)
+        || machine.annotations().contains_key(COPIED_FROM_ANNOTATION)
+    {
+        return Ok(None);
+    }
+    match restored(machine, ctx, backend).await {
+        Ok(restore::Restore::Ensure) => Ok(None),
+        Ok(restore::Restore::Adopt { provider_id, from }) => Ok(Some((provider_id, from))),
+        Ok(restore::Restore::Wait(message)) => Err(plan::Stop::Waiting {
+            reason: restore::RESTORE_PENDING,
+            message,
+            retry: plan::Retry::After(restore::RESTORE_RECHECK),
+        }),
+        Err(error) => Err(plan::Stop::Waiting {
+            reason: "ProviderNotReady",
+            message: format!(
+                "looking for a backend VM made for this object before creating one: {}: {}",
+                error.reason, error.message
+            ),
+            retry: plan::Retry::Backoff,
+        }),
+    }
+}
+
 async fn restored<K: Machine>(
     machine: &K,
     ctx: &Context,
