@@ -29,6 +29,13 @@ pub mod types {
     pub const PLACEMENT_DRIFTED: &str = "PlacementDrifted";
     /// CAPI objects: reconciliation is paused.
     pub const PAUSED: &str = "Paused";
+    /// Infra machine and VirtualMachine: the machine runs with what its spec asks
+    /// (`False` names each change not applied yet and what it waits for; `Unknown` when
+    /// the backend does not read its resources back).
+    pub const UP_TO_DATE: &str = "UpToDate";
+    /// Infra machine and VirtualMachine: a change waits for a power cycle (abnormal-true;
+    /// present once the machine's resources are read back).
+    pub const RESTART_REQUIRED: &str = "RestartRequired";
 }
 
 /// `True`, `False` or `Unknown`.

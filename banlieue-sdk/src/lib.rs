@@ -10,6 +10,8 @@
 //! - [`contract`]: the Cluster API contract read uniformly across kinds, and the kind
 //!   table: every machine kind declared once ([`contract::MachineKind`]), banlieue's
 //!   four and any of your own.
+//! - [`changes`]: how a machine that exists takes a change of its spec (which
+//!   differences its backend applies now, which wait, for what).
 //! - [`build`], [`scheduling`], [`status`]: the pure decisions (the machine for a
 //!   placed VM, where a VM goes, what every status says), functions over values.
 //! - `controllers` (feature `controllers`): every controller, to run banlieue inside
@@ -44,6 +46,7 @@ pub mod api;
 pub mod backend;
 pub mod build;
 pub mod capi;
+pub mod changes;
 pub mod conditions;
 pub mod contract;
 #[cfg(feature = "controllers")]

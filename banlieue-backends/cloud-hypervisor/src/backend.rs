@@ -297,6 +297,8 @@ impl ChBackend {
             Vec::new()
         };
         MachineObservation {
+            next_boot: None,
+            resources: None,
             provider_id: Some(format!("cloud-hypervisor://{}", record.uid)),
             power_state: Some(power),
             addresses,

@@ -139,6 +139,7 @@ pub const CLASS: ProviderClass = ProviderClass::CloudHypervisor;
 pub fn capabilities() -> BackendCapabilities {
     use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
     BackendCapabilities {
+        changes: vec![],
         firmware: vec![F::Bios, F::Efi],
         bootstrap_formats: vec![B::CloudConfig],
         power_states: vec![P::PoweredOn, P::PoweredOff, P::Suspended],

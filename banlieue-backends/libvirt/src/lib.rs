@@ -105,6 +105,7 @@ pub const CLASS: ProviderClass = ProviderClass::Libvirt;
 pub fn capabilities() -> BackendCapabilities {
     use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
     BackendCapabilities {
+        changes: vec![],
         firmware: vec![F::Bios, F::Efi, F::EfiSecure],
         bootstrap_formats: vec![B::CloudConfig],
         power_states: vec![P::PoweredOn, P::PoweredOff],

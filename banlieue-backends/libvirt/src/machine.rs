@@ -387,6 +387,8 @@ fn observe_domain(
         address: id.name.clone(),
     });
     Ok(MachineObservation {
+        next_boot: None,
+        resources: None,
         provider_id: Some(provider_id(&id.uid)),
         power_state: power_state(now),
         addresses: addrs,

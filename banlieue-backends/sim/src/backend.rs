@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
-    Backend, BackendError, Deletion, ImageLookup, ImageSourceSet, Inventory, MachineIdentity,
-    MachineObservation, MachineRequest, MachineSpec, MadeFor,
+    Backend, BackendError, Deletion, ImageLookup, ImageSourceSet, Inventory, MachineField,
+    MachineIdentity, MachineObservation, MachineRequest, MachineSpec, MadeFor,
 };
 use tokio::time::Instant;
 use tracing::debug;
@@ -241,8 +241,7 @@ impl Backend for SimBackend {
         let new = NewMachine {
             identity,
             kind,
-            cpus: request.spec.cpus(),
-            memory_mib: request.spec.memory_mib(),
+            resources: request.spec.resources(),
             power,
             failure_domains,
             bootstrap: request.bootstrap.clone(),
@@ -296,6 +295,39 @@ impl Backend for SimBackend {
         // Neither counted nor faulted: the call counts tests assert are those of the
         // calls that change or read one machine, and this one is a read of the world.
         Ok(self.world.made_for(kind, identity, Instant::now()))
+    }
+
+    async fn apply_changes(
+        &self,
+        request: &MachineRequest,
+        fields: &[MachineField],
+    ) -> Result<MachineObservation, BackendError> {
+        self.inject(Call::ApplyChanges, Some(&request.identity.uid))?;
+        let now = Instant::now();
+        let desired = request.spec.resources();
+        let table = self.capabilities().changes;
+        match self
+            .world
+            .apply_changes(&request.identity.uid, &desired, fields, &table, now)
+        {
+            Some(Ok(observation)) => Ok(observation),
+            Some(Err((field, mode))) => Err(BackendError::terminal(
+                "ChangeNotApplicable",
+                format!(
+                    "{} cannot change now: the simulator's table says {} for it",
+                    field.as_str(),
+                    mode.as_str()
+                ),
+            )),
+            None => Err(BackendError::machine_missing(
+                request
+                    .identity
+                    .provider_id
+                    .as_deref()
+                    .unwrap_or(&request.identity.uid),
+                self.endpoint(),
+            )),
+        }
     }
 
     async fn observe(

@@ -72,7 +72,7 @@
 //! | `latency` | duration: `0`, or numbers with units `ns`, `us`, `ms`, `s`, `m`, `h` (`200ms`, `2s`, `1m30s`); at most `24h` | `0s` | how long each create, power change and delete takes |
 //! | `failureRate` | number from `0` to `1` | `0` | probability that a call is hit by a fault |
 //! | `failureKinds` | comma list of `transient`, `terminal`, `slow` | `transient` | the kinds a fault is drawn from, uniformly |
-//! | `failureCalls` | comma list of `check`, `findImage`, `ensure`, `observe`, `delete` | all of them | the calls faults can hit (e.g. `ensure` alone keeps the Provider Ready while machines fail) |
+//! | `failureCalls` | comma list of `check`, `findImage`, `ensure`, `observe`, `delete`, `applyChanges` | all of them | the calls faults can hit (e.g. `ensure` alone keeps the Provider Ready while machines fail) |
 //! | `recordCalls` | `true` or `false` | `false` | record every call with its time and machine, for [`SimFactory::calls`] (tests of retry spacing) |
 //! | `seed` | unsigned 64-bit integer | a hash of the endpoint | seed of the fault generator |
 //! | `capacity` | non-negative integer | unlimited | most machines the world holds |
@@ -192,7 +192,9 @@ mod stats;
 mod world;
 
 use banlieue_sdk::api::common::ProviderClass;
-use banlieue_sdk::backend::{BackendCapabilities, ImageSourceKind};
+use banlieue_sdk::backend::{
+    BackendCapabilities, ChangeMode, ChangeRule, ImageSourceKind, MachineField,
+};
 
 pub use backend::{SLOW_FACTOR, SimBackend};
 pub use factory::SimFactory;
@@ -211,9 +213,16 @@ pub const CLASS: ProviderClass = ProviderClass::Sim;
 /// `status.backendCapabilities`; the book's capability matrix is generated from it):
 /// everything, instantly; narrow it with the Provider's `capabilities.*` settings to
 /// play a backend that cannot.
+///
+/// Its change table uses every mode, so that the demo, the scale benchmark and the
+/// controller's tests meet each: CPUs and memory grow live and shrink only while
+/// powered off, disks grow and are added or removed live (never shrunk), network
+/// devices are taken at the next boot, the CPU topology only while off, and the
+/// firmware never changes.
 pub fn capabilities() -> BackendCapabilities {
     use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
     BackendCapabilities {
+        changes: change_table(),
         firmware: vec![F::Bios, F::Efi, F::EfiSecure],
         bootstrap_formats: vec![B::CloudConfig, B::Ignition],
         power_states: vec![P::PoweredOn, P::PoweredOff, P::Suspended],
@@ -221,6 +230,22 @@ pub fn capabilities() -> BackendCapabilities {
         disk_export: vec![],
         disk_import: vec![],
     }
+}
+
+/// The simulator's change table (see [`capabilities`]).
+pub fn change_table() -> Vec<ChangeRule> {
+    use ChangeMode::*;
+    use MachineField as M;
+    vec![
+        ChangeRule::grow_shrink(M::Cpus, Live, PowerOff),
+        ChangeRule::both(M::CoresPerSocket, PowerOff),
+        ChangeRule::grow_shrink(M::MemoryMib, Live, PowerOff),
+        ChangeRule::grow_shrink(M::OsDiskSize, Live, Never),
+        ChangeRule::grow_shrink(M::DataDiskSize, Live, Never),
+        ChangeRule::both(M::DataDisks, Live),
+        ChangeRule::both(M::Networks, NextBoot),
+        ChangeRule::both(M::Firmware, Never),
+    ]
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use banlieue_sdk::api::common::{BootstrapFormat, PowerState};
 use banlieue_sdk::api::infra::{MachineAddress, MachineAddressType};
-use banlieue_sdk::backend::{BootstrapData, MachineIdentity, MachineObservation, Pending};
+use banlieue_sdk::backend::{
+    BootstrapData, MachineIdentity, MachineObservation, MachineResources, Pending,
+};
 use tokio::time::Instant;
 
 /// The shortest `retry_after` a pending observation asks for.
@@ -97,8 +99,10 @@ pub(crate) struct Machine {
     pub(crate) failure_domain: String,
     pub(crate) address: Ipv4Addr,
     pub(crate) static_addresses: Vec<String>,
-    pub(crate) cpus: u32,
-    pub(crate) memory_mib: u64,
+    /// What the machine runs with.
+    pub(crate) resources: MachineResources,
+    /// A `NextBoot` change written and not yet taken: the next power-on takes it.
+    pub(crate) next_boot: Option<MachineResources>,
     /// True once the `Create` step completed.
     pub(crate) created: bool,
     /// The power state now (meaningful once created).
@@ -120,7 +124,15 @@ impl Machine {
                     self.created = true;
                     self.power = PowerState::PoweredOff;
                 }
-                Step::Power(p) => self.power = p,
+                Step::Power(p) => {
+                    if p == PowerState::PoweredOn
+                        && self.power == PowerState::PoweredOff
+                        && let Some(next) = self.next_boot.take()
+                    {
+                        self.resources = next;
+                    }
+                    self.power = p;
+                }
             }
         }
     }
@@ -147,6 +159,8 @@ impl Machine {
         };
         let on = self.created && self.power == PowerState::PoweredOn;
         MachineObservation {
+            next_boot: self.next_boot.clone(),
+            resources: self.created.then(|| self.resources.clone()),
             provider_id: self.created.then(|| self.provider_id.clone()),
             power_state: self.created.then_some(self.power),
             addresses: if on {
@@ -191,8 +205,8 @@ impl Machine {
             deleting: self.deleting.is_some(),
             failure_domain: self.failure_domain.clone(),
             address: self.address,
-            cpus: self.cpus,
-            memory_mib: self.memory_mib,
+            cpus: self.resources.cpus,
+            memory_mib: self.resources.memory_mib,
             bootstrap_format: self.bootstrap.as_ref().map(|b| b.format),
             bootstrap_network_config: self
                 .bootstrap

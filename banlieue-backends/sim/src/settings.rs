@@ -82,7 +82,14 @@ impl fmt::Display for FaultKind {
 }
 
 /// The backend calls a fault can hit, as named in the `failureCalls` setting.
-pub const FAULT_CALLS: [&str; 5] = ["check", "findImage", "ensure", "observe", "delete"];
+pub const FAULT_CALLS: [&str; 6] = [
+    "check",
+    "findImage",
+    "ensure",
+    "observe",
+    "delete",
+    "applyChanges",
+];
 
 /// One simulated failure domain: its name and what it offers.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,6 +16,8 @@ pub struct SimStats {
     pub observe: u64,
     /// `delete()` calls.
     pub delete: u64,
+    /// `apply_changes` calls.
+    pub apply_changes: u64,
     /// Calls failed with an injected transient fault.
     pub transient_faults: u64,
     /// Calls failed with an injected terminal fault.
@@ -37,7 +39,7 @@ pub struct SimStats {
 impl SimStats {
     /// Every backend call counted: `check + find_image + ensure + observe + delete`.
     pub fn calls(&self) -> u64 {
-        self.check + self.find_image + self.ensure + self.observe + self.delete
+        self.check + self.find_image + self.ensure + self.observe + self.delete + self.apply_changes
     }
 }
 
@@ -64,6 +66,7 @@ pub(crate) enum Call {
     Ensure,
     Observe,
     Delete,
+    ApplyChanges,
 }
 
 impl Call {
@@ -74,6 +77,7 @@ impl Call {
             Self::Ensure => "ensure",
             Self::Observe => "observe",
             Self::Delete => "delete",
+            Self::ApplyChanges => "apply_changes",
         }
     }
 
@@ -81,6 +85,7 @@ impl Call {
     pub(crate) fn setting_name(self) -> &'static str {
         match self {
             Self::FindImage => "findImage",
+            Self::ApplyChanges => "applyChanges",
             other => other.name(),
         }
     }
@@ -96,6 +101,6 @@ pub(crate) enum FaultCounter {
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub(crate) calls: [AtomicU64; 5],
+    pub(crate) calls: [AtomicU64; 6],
     pub(crate) faults: [AtomicU64; 3],
 }

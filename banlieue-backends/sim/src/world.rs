@@ -12,7 +12,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use banlieue_sdk::api::common::PowerState;
-use banlieue_sdk::backend::{BootstrapData, MachineIdentity, MachineObservation, MadeFor};
+use banlieue_sdk::backend::{
+    BootstrapData, ChangeMode, ChangeRule, MachineField, MachineIdentity, MachineObservation,
+    MachineResources, MadeFor,
+};
+use banlieue_sdk::changes;
 use tokio::time::Instant;
 
 use crate::addresses::AddressPool;
@@ -32,8 +36,7 @@ pub(crate) enum CreateError {
 pub(crate) struct NewMachine<'a> {
     pub identity: &'a MachineIdentity,
     pub kind: Kind,
-    pub cpus: u32,
-    pub memory_mib: u64,
+    pub resources: MachineResources,
     pub power: PowerState,
     /// Candidate failure domains: the least loaded is chosen, the first on ties.
     pub failure_domains: Vec<&'a str>,
@@ -338,8 +341,8 @@ impl World {
             failure_domain,
             address,
             static_addresses: new.static_addresses,
-            cpus: new.cpus,
-            memory_mib: new.memory_mib,
+            resources: new.resources,
+            next_boot: None,
             created: false,
             power: PowerState::PoweredOff,
             ops,
@@ -431,8 +434,64 @@ impl World {
             return false;
         }
         machine.ops.clear();
+        if power == PowerState::PoweredOn
+            && machine.power == PowerState::PoweredOff
+            && let Some(next) = machine.next_boot.take()
+        {
+            machine.resources = next;
+        }
         machine.power = power;
         true
+    }
+
+    /// Applies `fields` of `desired` to the machine carrying `uid` as `table` says for
+    /// its power state now: to what it runs with (`Live`, or any change while it is
+    /// powered off) or to its next boot (`NextBoot`). `None`: no such machine;
+    /// `Some(Err(field))`: the table does not let that field change now.
+    pub(crate) fn apply_changes(
+        &self,
+        uid: &str,
+        desired: &MachineResources,
+        fields: &[MachineField],
+        table: &[ChangeRule],
+        now: Instant,
+    ) -> Option<Result<MachineObservation, (MachineField, ChangeMode)>> {
+        let mut state = self.lock(now);
+        let machine = state.machines.get_mut(uid)?;
+        machine.advance(now);
+        if !machine.created || machine.deleting.is_some() {
+            return None;
+        }
+        let off = machine.power == PowerState::PoweredOff;
+        for &field in fields {
+            let Some(difference) = changes::differences(desired, &machine.resources)
+                .into_iter()
+                .find(|d| d.field == field)
+            else {
+                continue; // already applied: idempotent
+            };
+            match changes::mode(table, field, difference.grows) {
+                ChangeMode::Never => return Some(Err((field, ChangeMode::Never))),
+                _ if off => {
+                    changes::apply_field(&mut machine.resources, desired, field);
+                    if let Some(next) = machine.next_boot.as_mut() {
+                        changes::apply_field(next, desired, field);
+                    }
+                }
+                ChangeMode::Live => changes::apply_field(&mut machine.resources, desired, field),
+                ChangeMode::NextBoot => {
+                    let next = machine
+                        .next_boot
+                        .get_or_insert_with(|| machine.resources.clone());
+                    changes::apply_field(next, desired, field);
+                }
+                ChangeMode::PowerOff => return Some(Err((field, ChangeMode::PowerOff))),
+            }
+        }
+        if machine.next_boot.as_ref() == Some(&machine.resources) {
+            machine.next_boot = None;
+        }
+        Some(Ok(machine.observation(now)))
     }
 
     pub(crate) fn stats(&self, now: Instant) -> SimStats {
@@ -445,6 +504,7 @@ impl World {
             ensure: load(&c.calls[Call::Ensure as usize]),
             observe: load(&c.calls[Call::Observe as usize]),
             delete: load(&c.calls[Call::Delete as usize]),
+            apply_changes: load(&c.calls[Call::ApplyChanges as usize]),
             transient_faults: load(&c.faults[FaultCounter::Transient as usize]),
             terminal_faults: load(&c.faults[FaultCounter::Terminal as usize]),
             slow_faults: load(&c.faults[FaultCounter::Slow as usize]),

@@ -139,6 +139,7 @@ pub const CLASS: ProviderClass = ProviderClass::Vsphere;
 pub fn capabilities() -> BackendCapabilities {
     use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
     BackendCapabilities {
+        changes: vec![],
         firmware: vec![F::Bios, F::Efi, F::EfiSecure],
         bootstrap_formats: vec![B::CloudConfig, B::Ignition],
         power_states: vec![P::PoweredOn, P::PoweredOff, P::Suspended],

@@ -11,6 +11,7 @@ pub mod common;
 pub mod infra;
 pub mod provider;
 mod provider_class;
+pub mod resources;
 pub mod virtual_machine;
 pub mod vm_class;
 pub mod vm_image;

@@ -232,6 +232,13 @@ pub struct BackendCapabilities {
     #[x_kube(merge_strategy = ListMerge::Atomic)]
     #[schemars(length(max = 3))]
     pub disk_import: Vec<DiskTransferFormat>,
+    /// How each field of a machine that runs takes a change (the change table): `Live`,
+    /// `NextBoot`, `PowerOff` or `Never`, for growing and for shrinking. A field not
+    /// listed is `Never`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    #[schemars(length(max = 16))]
+    pub changes: Vec<super::resources::ChangeRule>,
 }
 
 /// A kind of image source: which field of a VMImage's per-class source names it.

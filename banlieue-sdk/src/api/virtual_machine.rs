@@ -286,7 +286,12 @@ pub struct VirtualMachineStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub provider_id: Option<String>,
-    /// `Scheduled`, `InfrastructureReady`, `PowerState`, `Migrating` and `Ready`.
+    /// Its infra machine's `status.resources`: what the VM runs with, what its class
+    /// asks, and each change still waiting with what it waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<super::resources::ResourcesStatus>,
+    /// `Scheduled`, `InfrastructureReady`, `PowerState`, `Migrating`, `UpToDate`,
+    /// `RestartRequired` and `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

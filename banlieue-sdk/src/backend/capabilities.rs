@@ -187,7 +187,8 @@ impl Wants {
 impl BackendCapabilities {
     /// What a backend that declares nothing is assumed to do: `bios` and `efi`,
     /// cloud-config, `PoweredOn` and `PoweredOff`, every image source kind (finding
-    /// the image is `find_image`'s call), no disk transfer.
+    /// the image is `find_image`'s call), no disk transfer, and no change applied to a
+    /// machine that exists (an empty change table: every field `Never`).
     pub fn conservative() -> Self {
         Self {
             firmware: vec![Firmware::Bios, Firmware::Efi],
@@ -196,6 +197,7 @@ impl BackendCapabilities {
             image_sources: ImageSourceKind::ALL.to_vec(),
             disk_export: vec![],
             disk_import: vec![],
+            changes: vec![],
         }
     }
 

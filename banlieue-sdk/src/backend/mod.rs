@@ -129,6 +129,38 @@ pub trait Backend: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// Applies the named `fields` of `request.spec` to the machine, which exists (it is
+    /// found by `request.identity` as [`Backend::ensure`] finds it), and returns it as
+    /// it is after, its [`resources`](MachineObservation::resources) read back.
+    ///
+    /// The controller decides, from this backend's change table
+    /// ([`BackendCapabilities::changes`]) and the machine's power state, which fields it
+    /// hands over ([`crate::changes::assess`]): on a running machine the `Live` ones (to
+    /// apply to the running guest) and the `NextBoot` ones (to write into the
+    /// configuration its next boot uses); on a powered-off machine every one that is
+    /// not `Never`. It never hands over a field the table does not list. Idempotent;
+    /// a long operation is returned as [`Pending`] as in `ensure`. A change the
+    /// hypervisor refuses is an error naming the field, never a silent success: the
+    /// controller reports a change applied only once it reads it back.
+    ///
+    /// The default refuses every change (terminal `ChangeUnsupported`): a backend
+    /// whose table lists nothing is never asked.
+    async fn apply_changes(
+        &self,
+        request: &MachineRequest,
+        fields: &[MachineField],
+    ) -> Result<MachineObservation, BackendError> {
+        let names: Vec<&str> = fields.iter().map(|f| f.as_str()).collect();
+        Err(BackendError::terminal(
+            "ChangeUnsupported",
+            format!(
+                "this backend applies no change to a machine that exists ({} of {})",
+                names.join(", "),
+                request.identity.name
+            ),
+        ))
+    }
+
     /// Its disk export and import, when it has them (`migration.strategy: CopyDisk`
     /// needs them on both sides; without, such a move is refused before anything is
     /// touched).

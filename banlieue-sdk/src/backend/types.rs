@@ -9,6 +9,7 @@ use crate::api::infra::{
     MachineAddress, cloud_hypervisor::CloudHypervisorMachineSpec, libvirt::LibvirtMachineSpec,
     proxmox::ProxmoxMachineSpec, vsphere::VSphereMachineSpec,
 };
+pub use crate::api::resources::{ChangeMode, ChangeRule, DiskSize, MachineField, MachineResources};
 use crate::api::vm_image::ImageSources;
 
 use super::{BackendError, SecretValue};
@@ -231,6 +232,69 @@ impl MachineSpec {
         }
     }
 
+    /// The sizes this spec asks for, to compare with what the machine runs with
+    /// ([`MachineObservation::resources`]). A kind declared out of tree asks for its
+    /// CPUs and memory only.
+    pub fn resources(&self) -> MachineResources {
+        fn sizes(disks: &[crate::api::infra::MachineDisk]) -> Vec<DiskSize> {
+            let mut out: Vec<DiskSize> = disks
+                .iter()
+                .map(|d| DiskSize {
+                    name: d.name.clone(),
+                    size_gib: d.size_gib,
+                })
+                .collect();
+            out.sort();
+            out
+        }
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        match self {
+            Self::VSphere(s) => MachineResources {
+                cpus: s.num_cpus,
+                cores_per_socket: s.num_cores_per_socket,
+                memory_mib: s.memory_mib,
+                os_disk_gib: s.disk_gib,
+                data_disks: sizes(&s.additional_disks),
+                networks: count(s.network.len()),
+                firmware: s.firmware,
+                ..Default::default()
+            },
+            Self::Proxmox(s) => MachineResources {
+                cpus: s.sockets * s.cores,
+                cores_per_socket: Some(s.cores),
+                memory_mib: s.memory_mib,
+                os_disk_gib: s.disk_gib,
+                data_disks: sizes(&s.additional_disks),
+                networks: count(s.network.len()),
+                firmware: s.firmware,
+                ..Default::default()
+            },
+            Self::Libvirt(s) => MachineResources {
+                cpus: s.cpus,
+                memory_mib: s.memory_mib,
+                os_disk_gib: s.disk_gib,
+                data_disks: sizes(&s.additional_disks),
+                networks: count(s.network.len()),
+                firmware: Some(s.firmware),
+                ..Default::default()
+            },
+            Self::CloudHypervisor(s) => MachineResources {
+                cpus: s.cpus,
+                memory_mib: s.memory_mib,
+                os_disk_gib: s.disk_gib,
+                data_disks: sizes(&s.additional_disks),
+                networks: count(s.network.len()),
+                max_cpus: s.max_cpus,
+                ..Default::default()
+            },
+            Self::Custom(s) => MachineResources {
+                cpus: s.cpus,
+                memory_mib: s.memory_mib,
+                ..Default::default()
+            },
+        }
+    }
+
     /// The infra kind this spec belongs to, e.g. `VSphereMachine`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -351,6 +415,16 @@ pub struct MachineObservation {
     /// A long operation still in flight (clone, boot, power change). Controllers
     /// come back after `retry_after` instead of waiting.
     pub pending: Option<Pending>,
+    /// The configuration the machine's next boot uses, when the backend reads one back
+    /// that differs from what runs (a `NextBoot` change written and not yet taken):
+    /// such a change is not written again. `None`: the same as what runs.
+    pub next_boot: Option<MachineResources>,
+    /// What the machine runs with, read back from the backend (not copied from the
+    /// request): what the controller compares with the spec to decide which changes
+    /// to apply ([`Backend::apply_changes`](super::Backend::apply_changes)) and which
+    /// wait. `None`: the backend does not read it back, and the machine says its
+    /// resources are not known (`UpToDate=Unknown`) rather than claim them.
+    pub resources: Option<MachineResources>,
 }
 
 impl MachineObservation {

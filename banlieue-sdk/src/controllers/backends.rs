@@ -491,6 +491,18 @@ impl Instrumented {
         self.finish("ensure", started, result)
     }
 
+    /// Applies the named fields of a made machine's spec (see
+    /// [`Backend::apply_changes`](crate::backend::Backend::apply_changes)).
+    pub async fn apply_changes(
+        &self,
+        request: &MachineRequest,
+        fields: &[crate::backend::MachineField],
+    ) -> Result<MachineObservation, BackendError> {
+        let started = Instant::now();
+        let result = self.backend.apply_changes(request, fields).await;
+        self.finish("apply_changes", started, result)
+    }
+
     /// Reads a machine's state without changing it (`None`: this backend has no VM
     /// for it): where a VM is, when nothing recorded says so.
     pub async fn observe(

@@ -14,7 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::common::PowerState;
 use crate::api::infra::{Initialization, MachineStatus};
+use crate::api::resources::{MachineResources, ResourcesStatus};
 use crate::backend::{BackendError, MachineObservation};
+use crate::changes::{Assessment, describe};
 use crate::conditions::{self, Desired, Status, types};
 
 /// The `Ready` reason of a terminal backend failure (CAPI's "terminal failure" rule).
@@ -164,6 +166,110 @@ pub fn compute(
     status
 }
 
+/// What one reconcile learned about a made machine's resources.
+#[derive(Clone, Copy, Debug)]
+pub enum Resources<'a> {
+    /// The backend read them back and the machine's changes were assessed.
+    Assessed {
+        /// What the spec asks.
+        desired: &'a MachineResources,
+        /// What runs.
+        running: &'a MachineResources,
+        /// The assessment (after any change was applied and read back).
+        assessment: &'a Assessment,
+    },
+    /// A change the backend was asked to apply failed.
+    ChangeFailed {
+        /// What the spec asks.
+        desired: &'a MachineResources,
+        /// The backend's error.
+        error: &'a BackendError,
+    },
+    /// The backend does not read the machine's resources back.
+    NotReported,
+}
+
+/// Records `resources` in `status.resources` and the `UpToDate` and
+/// `RestartRequired` conditions.
+pub fn record_resources(
+    status: &mut MachineStatus,
+    resources: Resources<'_>,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let mut set = |d: Desired<'_>| conditions::set(&mut status.conditions, d, generation, now);
+    match resources {
+        Resources::Assessed {
+            assessment,
+            running,
+            desired,
+        } => {
+            let (up, reason, message) = if assessment.up_to_date() {
+                (Status::True, "UpToDate", String::new())
+            } else if assessment.refused().next().is_some() {
+                (Status::False, CHANGE_REFUSED, describe(&assessment.pending))
+            } else if assessment.restart_required() {
+                (
+                    Status::False,
+                    RESTART_REQUIRED,
+                    describe(&assessment.pending),
+                )
+            } else {
+                (
+                    Status::False,
+                    APPLYING,
+                    "a change is being applied".to_owned(),
+                )
+            };
+            set(Desired::new(types::UP_TO_DATE, up, reason).message(&message));
+            if assessment.restart_required() {
+                let waiting: Vec<_> = assessment
+                    .pending
+                    .iter()
+                    .filter(|p| p.waits_for != crate::api::resources::ChangeMode::Never)
+                    .cloned()
+                    .collect();
+                set(
+                    Desired::new(types::RESTART_REQUIRED, Status::True, RESTART_REQUIRED)
+                        .message(&describe(&waiting)),
+                );
+            } else {
+                set(Desired::new(
+                    types::RESTART_REQUIRED,
+                    Status::False,
+                    "NoRestartPending",
+                ));
+            }
+            status.resources = Some(ResourcesStatus {
+                running: Some(running.clone()),
+                desired: Some(desired.clone()),
+                pending: assessment.pending.clone(),
+            });
+        }
+        Resources::ChangeFailed { desired, error } => {
+            let message = format!("{}: {}", error.reason, error.message);
+            set(Desired::new(types::UP_TO_DATE, Status::False, CHANGE_FAILED).message(&message));
+            let resources = status.resources.get_or_insert_with(Default::default);
+            resources.desired = Some(desired.clone());
+        }
+        Resources::NotReported => {
+            set(
+                Desired::new(types::UP_TO_DATE, Status::Unknown, "ResourcesNotReported")
+                    .message("the backend does not read this machine's resources back: whether it runs with what its spec asks is not known"),
+            );
+        }
+    }
+}
+
+/// `UpToDate` reason: a change waits for a power cycle.
+pub const RESTART_REQUIRED: &str = "RestartRequired";
+/// `UpToDate` reason: a change cannot be applied to this machine.
+pub const CHANGE_REFUSED: &str = "ChangeRefused";
+/// `UpToDate` reason: the backend failed to apply a change.
+pub const CHANGE_FAILED: &str = "ChangeFailed";
+/// `UpToDate` reason: a change was handed to the backend and is not read back yet.
+pub const APPLYING: &str = "Applying";
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -187,7 +293,7 @@ mod tests {
             }],
             failure_domain: Some("a".into()),
             backend_ref: Some("dom-1".into()),
-            pending: None,
+            ..Default::default()
         }
     }
 

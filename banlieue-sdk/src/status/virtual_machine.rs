@@ -187,6 +187,25 @@ pub fn compute(
     }
 
     let infra_ready = mirror_infra(&mut status, input.infra, moving);
+    // Whether the machine runs with what the class asks is the infra machine's to say:
+    // mirrored as it says it.
+    for type_ in [types::UP_TO_DATE, types::RESTART_REQUIRED] {
+        let said = input
+            .infra
+            .and_then(|i| i.status)
+            .and_then(|s| conditions::get(&s.conditions, type_));
+        if let Some(c) = said {
+            let s = match c.status.as_str() {
+                "True" => Status::True,
+                "False" => Status::False,
+                _ => Status::Unknown,
+            };
+            set(
+                &mut status,
+                Desired::new(type_, s, &c.reason).message(&c.message),
+            );
+        }
+    }
     match (infra_ready, input.waiting) {
         // The machine cannot be updated until what is missing comes back: say that,
         // not what the machine said before (it may be a cause fixed since, which the
@@ -331,6 +350,7 @@ fn mirror_infra(
             status.addresses.clear();
             status.power_state = None;
             status.provider_id = None;
+            status.resources = None;
         }
         status.infrastructure_ref = None;
         return None;
@@ -340,6 +360,7 @@ fn mirror_infra(
     let machine = infra.status.cloned().unwrap_or_default();
     status.addresses = machine.addresses.clone();
     status.power_state = machine.power_state;
+    status.resources = machine.resources.clone();
     let ready = conditions::get(&machine.conditions, types::READY);
     Some(match ready {
         Some(c) => {

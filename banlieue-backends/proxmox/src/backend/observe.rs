@@ -33,6 +33,8 @@ impl ProxmoxBackend {
             .get(&identity.uid)
             .map(|(kind, upid)| self.pending(&identity.uid, kind, Some(&upid)));
         Ok(Some(MachineObservation {
+            next_boot: None,
+            resources: None,
             provider_id: config::smbios_uuid(&current).map(|u| format!("proxmox://{u}")),
             power_state: Some(power),
             addresses,

@@ -296,6 +296,8 @@ impl VSphereBackend {
             address: vm.name.clone(),
         });
         MachineObservation {
+            next_boot: None,
+            resources: None,
             provider_id: vm.bios_uuid.as_ref().map(|u| format!("vsphere://{u}")),
             power_state: Some(vm.power),
             addresses,

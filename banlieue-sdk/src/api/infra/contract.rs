@@ -128,6 +128,10 @@ pub struct MachineStatus {
     /// name, Cloud Hypervisor API socket. Diagnostic only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_ref: Option<String>,
+    /// What the machine runs with, what its spec asks, and each change still waiting
+    /// (with what it waits for). Written once the backend reads the machine back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::api::resources::ResourcesStatus>,
     /// `Ready` always; `Paused` while paused. A terminal failure is `Ready=False` with
     /// reason `TerminalFailure` (see the API reference); a delete the backend refused,
     /// `Ready=False` with reason `DeleteFailed`.

@@ -31,6 +31,7 @@ use kube::runtime::reflector::Store;
 use serde_json::json;
 
 mod capi;
+mod changes;
 mod create_cap;
 mod ipam;
 pub(crate) mod orphan;
@@ -392,10 +393,12 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         }
     }
     match ensured {
-        Ok(observation) => {
+        Ok(mut observation) => {
             if let Some(mismatch) = provider_id_mismatch(machine, &observation) {
                 return provider_id_conflict(machine, ctx, &mismatch).await;
             }
+            let desired = request.spec.resources();
+            let changed = changes::settle(&backend, &request, &mut observation, &desired).await;
             // The providerID patch bumps the generation: the status is computed from the
             // object it returns, or it would carry the old observedGeneration and need a
             // second write once the cache catches up.
@@ -417,6 +420,7 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
                     ctx,
                     Outcome::Observed(&observation),
                     reported.as_deref(),
+                    changed.resources(&desired),
                 )
                 .await
             };
@@ -426,16 +430,31 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
                 }
                 recorded => recorded?,
             }
-            ctx.succeeded(&key_of(machine));
+            if let changes::Settled::Failed(error) = &changed
+                && !error.is_transient()
+            {
+                ctx.event(
+                    machine,
+                    EventType::Warning,
+                    &error.reason,
+                    "ApplyChanges",
+                    error.message.clone(),
+                )
+                .await;
+            }
             let next = plan::after_ensure(Ok(&observation), machine.desired_power_state(), false);
-            Ok(action(machine, ctx, next.retry))
+            let retry = changed.retry(next.retry);
+            if retry != plan::Retry::Backoff {
+                ctx.succeeded(&key_of(machine));
+            }
+            Ok(action(machine, ctx, retry))
         }
         Err(error) => {
             let announced = machine.machine_status().is_some_and(|s| {
                 crate::conditions::get(&s.conditions, crate::conditions::types::READY)
                     .is_some_and(|c| c.message == format!("{}: {}", error.reason, error.message))
             });
-            write_status(machine, ctx, Outcome::Failed(&error), None).await?;
+            write_status(machine, ctx, Outcome::Failed(&error), None, None).await?;
             let next = plan::after_ensure(Err(&error), machine.desired_power_state(), announced);
             if next.announce {
                 ctx.event(
@@ -543,7 +562,7 @@ async fn stopped<K: Machine>(
     let retry = match &stop {
         plan::Stop::Quiet => return Ok(Action::await_change()),
         plan::Stop::Paused(message) => {
-            write_status(machine, ctx, Outcome::Paused { message }, None).await?;
+            write_status(machine, ctx, Outcome::Paused { message }, None, None).await?;
             plan::Retry::AwaitChange
         }
         plan::Stop::Waiting {
@@ -551,7 +570,14 @@ async fn stopped<K: Machine>(
             message,
             retry,
         } => {
-            write_status(machine, ctx, Outcome::Waiting { reason, message }, None).await?;
+            write_status(
+                machine,
+                ctx,
+                Outcome::Waiting { reason, message },
+                None,
+                None,
+            )
+            .await?;
             *retry
         }
     };
@@ -710,7 +736,7 @@ async fn provider_gone<K: Machine>(
         crate::conditions::get(&s.conditions, crate::conditions::types::READY)
             .is_some_and(|c| c.message.starts_with(PROVIDER_GONE))
     });
-    write_status(machine, ctx, Outcome::DeleteFailed(&error), None).await?;
+    write_status(machine, ctx, Outcome::DeleteFailed(&error), None, None).await?;
     if !already {
         ctx.event(
             machine,
@@ -773,7 +799,7 @@ async fn delete_failed<K: Machine>(
             ". To let this machine go and leave its backend VM behind, annotate it (or its VirtualMachine) {ORPHAN_BACKEND_ANNOTATION}=true"
         ));
     }
-    write_status(machine, ctx, Outcome::DeleteFailed(&error), None).await?;
+    write_status(machine, ctx, Outcome::DeleteFailed(&error), None, None).await?;
     if !error.is_transient() {
         ctx.event(
             machine,
@@ -900,7 +926,7 @@ async fn provider_id_conflict<K: Machine>(
         .as_ref()
         .and_then(|s| crate::conditions::get(&s.conditions, crate::conditions::types::READY))
         .is_some_and(|c| c.message == format!("{}: {}", error.reason, error.message));
-    write_status(machine, ctx, Outcome::Failed(error), None).await?;
+    write_status(machine, ctx, Outcome::Failed(error), None, None).await?;
     if !said {
         ctx.event(
             machine,
@@ -945,6 +971,7 @@ async fn write_status<K: Machine>(
     ctx: &Context,
     outcome: Outcome<'_>,
     reported_failure_domain: Option<&str>,
+    resources: Option<crate::status::machine::Resources<'_>>,
 ) -> Result<(), Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let previous = status_write::known(&ctx.written.machines, machine, machine.machine_status());
@@ -957,6 +984,14 @@ async fn write_status<K: Machine>(
     );
     if let Some(name) = reported_failure_domain {
         status.failure_domain = Some(name.to_owned());
+    }
+    if let Some(resources) = resources {
+        crate::status::machine::record_resources(
+            &mut status,
+            resources,
+            machine.meta().generation,
+            &now,
+        );
     }
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
     let written = &ctx.written.machines;
