@@ -207,6 +207,8 @@ impl Machine {
             address: self.address,
             cpus: self.resources.cpus,
             memory_mib: self.resources.memory_mib,
+            resources: self.resources.clone(),
+            next_boot: self.next_boot.clone(),
             bootstrap_format: self.bootstrap.as_ref().map(|b| b.format),
             bootstrap_network_config: self
                 .bootstrap
@@ -250,10 +252,14 @@ pub struct SimMachineInfo {
     pub failure_domain: String,
     /// Its `InternalIP`, held for its whole life (reported only while powered on).
     pub address: Ipv4Addr,
-    /// vCPUs of the spec it was created from.
+    /// vCPUs it runs with (its spec's at creation, then as changes applied them).
     pub cpus: u32,
-    /// Memory in MiB of the spec it was created from.
+    /// Memory in MiB it runs with.
     pub memory_mib: u64,
+    /// Everything it runs with.
+    pub resources: MachineResources,
+    /// A change written for its next boot, not taken yet.
+    pub next_boot: Option<MachineResources>,
     /// The format of the bootstrap data it received, if it received any.
     pub bootstrap_format: Option<BootstrapFormat>,
     /// Whether that bootstrap data came with a network config.

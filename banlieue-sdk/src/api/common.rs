@@ -368,3 +368,10 @@ enum SelectorOperator {
     /// The label is absent.
     DoesNotExist,
 }
+
+/// A disk size only grows (a transition rule: a new object has no old size).
+pub(crate) const DISK_GROWS: &str = "self >= oldSelf";
+/// The message for [`DISK_GROWS`] on a data disk.
+pub(crate) const DISK_GROWS_MSG: &str = "sizeGiB cannot shrink: a disk only grows (shrinking loses data); to get a smaller disk, add a new one and copy what you need";
+/// The message for [`DISK_GROWS`] on an OS disk.
+pub(crate) const OS_DISK_GROWS_MSG: &str = "diskGiB cannot shrink: the OS disk only grows (shrinking loses data); make a new machine to get a smaller one";

@@ -200,6 +200,7 @@ pub struct DataDisk {
     /// Size in GiB.
     #[serde(rename = "sizeGiB")]
     #[schemars(range(min = 1, max = 65536))]
+    #[x_kube(validation = Rule::new(super::common::DISK_GROWS).message(super::common::DISK_GROWS_MSG))]
     pub size_gib: u32,
     /// The Provider storage class to place it on. Default: the OS disk's.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -56,6 +56,8 @@ fn lab_spec(request: &MachineRequest) -> Result<LabMachineSpec, BackendError> {
 impl Lab {
     fn observation(identity: &MachineIdentity, power: PowerState) -> MachineObservation {
         MachineObservation {
+            next_boot: None,
+            resources: None,
             provider_id: Some(format!("lab://{}", identity.uid)),
             power_state: Some(power),
             addresses: vec![MachineAddress {

@@ -3,8 +3,8 @@
 //! apiserver's message must contain.
 
 use banlieue_integration_tests::admission_cases::{
-    Case, assert_none_failed, named, provider, reject, reject_post, reject_status, reject_update,
-    run, vm, vm_class, vm_image,
+    Case, accept_update, assert_none_failed, named, provider, reject, reject_post, reject_status,
+    reject_update, run, vm, vm_class, vm_image,
 };
 use banlieue_integration_tests::{apply, with, without};
 use serde_json::{Value, json};
@@ -493,6 +493,60 @@ fn cases() -> Vec<Case> {
             ),
             proxmox_machine(),
             "spec.providerID is immutable once set",
+        ),
+        // Disks only grow (issue 38): a shrink is refused before anything is asked of
+        // a backend, and a grow is accepted.
+        reject_update(
+            "OS disk shrunk",
+            with(libvirt_machine(), "/spec/diskGiB", json!(20)),
+            with(libvirt_machine(), "/spec/diskGiB", json!(10)),
+            "diskGiB cannot shrink",
+        ),
+        accept_update(
+            "OS disk grown",
+            with(ch_machine(), "/spec/diskGiB", json!(10)),
+            with(ch_machine(), "/spec/diskGiB", json!(20)),
+        ),
+        reject_update(
+            "data disk shrunk",
+            with(
+                proxmox_machine(),
+                "/spec/additionalDisks",
+                json!([{"name": "data", "sizeGiB": 20}]),
+            ),
+            with(
+                proxmox_machine(),
+                "/spec/additionalDisks",
+                json!([{"name": "data", "sizeGiB": 10}]),
+            ),
+            "sizeGiB cannot shrink",
+        ),
+        accept_update(
+            "data disk replaced by another of any size",
+            with(
+                vsphere_machine(),
+                "/spec/additionalDisks",
+                json!([{"name": "data", "sizeGiB": 20}]),
+            ),
+            with(
+                vsphere_machine(),
+                "/spec/additionalDisks",
+                json!([{"name": "other", "sizeGiB": 1}]),
+            ),
+        ),
+        reject_update(
+            "VM data disk shrunk",
+            with(
+                vm(),
+                "/spec/disks",
+                json!([{"name": "data", "sizeGiB": 20, "storageClass": "fast"}]),
+            ),
+            with(
+                vm(),
+                "/spec/disks",
+                json!([{"name": "data", "sizeGiB": 5, "storageClass": "fast"}]),
+            ),
+            "sizeGiB cannot shrink",
         ),
         reject(
             "proxmox VLAN out of range",

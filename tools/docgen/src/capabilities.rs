@@ -3,12 +3,14 @@
 //! `status.backendCapabilities`), so the book cannot claim more than the code does.
 
 use banlieue_sdk::api::common::ProviderClass;
+use banlieue_sdk::api::resources::{ChangeRule, MachineField};
 use banlieue_sdk::backend::BackendCapabilities;
 use banlieue_sdk::backend::capabilities::{
     ALL_BOOTSTRAP_FORMATS, ALL_FIRMWARE, ALL_POWER_STATES, DiskTransferFormat, IGNITION_SETTING,
     SECURE_BOOT_SETTING, SUSPEND_SETTING, bootstrap_format_name, disk_transfer_format_name,
     firmware_name, image_source_kinds, power_state_name,
 };
+use banlieue_sdk::changes;
 
 /// Where the page goes under the book's `src/`.
 pub const PAGE: &str = "backends/capabilities.md";
@@ -148,6 +150,7 @@ fn render_from(backends: &[(ProviderClass, &str, BackendCapabilities)]) -> Strin
             .map(|(_, _, c)| formats(&c.disk_import))
             .collect(),
     );
+    out.push_str(&changes_section(backends));
     out.push_str(&format!(
         "\n## Narrowing a Provider\n\n\
          A Provider's `spec.settings` can take away what its backend can do, never add: \
@@ -162,6 +165,50 @@ fn render_from(backends: &[(ProviderClass, &str, BackendCapabilities)]) -> Strin
     out
 }
 
+/// One change-table cell: `Live`, or `grow Live, shrink PowerOff` when the two differ.
+fn change_cell(table: &[ChangeRule], field: MachineField) -> String {
+    let grow = changes::mode(table, field, true);
+    let shrink = changes::mode(table, field, false);
+    if grow == shrink {
+        grow.as_str().to_owned()
+    } else {
+        format!("grow {}, shrink {}", grow.as_str(), shrink.as_str())
+    }
+}
+
+/// The change table of every backend: how a machine that runs takes each change.
+fn changes_section(backends: &[(ProviderClass, &str, BackendCapabilities)]) -> String {
+    let mut out = String::from(
+        "\n## Changes to a machine that runs\n\n\
+         How each backend applies a change of a machine's spec once the machine exists \
+         (its `capabilities().changes`, published in `status.backendCapabilities.changes`). \
+         `Live`: applied to the running guest and read back, no restart (where the machine \
+         has a hot-add ceiling, `maxCPUs` or `maxMemoryMiB`, a change beyond it is \
+         `NextBoot`). `NextBoot`: written now, taken when the guest next powers on. \
+         `PowerOff`: applied only while the machine is powered off. `Never`: fixed when the \
+         machine is made. A powered-off machine takes every change that is not `Never` at \
+         once. While a change waits, the machine keeps running as it is and says so: \
+         `RestartRequired=True` and `UpToDate=False` name each field and what it waits for, \
+         and `status.resources` shows what runs, what is asked and what is pending; a \
+         `Never` change is `UpToDate=False`, reason `ChangeRefused`.\n\n",
+    );
+    let header: Vec<&str> = backends.iter().map(|(_, name, _)| *name).collect();
+    out.push_str(&format!("| change | {} |\n", header.join(" | ")));
+    out.push_str(&format!("|---|{}\n", ":---:|".repeat(backends.len())));
+    for field in MachineField::ALL {
+        let cells: Vec<String> = backends
+            .iter()
+            .map(|(_, _, c)| change_cell(&c.changes, field))
+            .collect();
+        out.push_str(&format!(
+            "| `{}` | {} |\n",
+            field.as_str(),
+            cells.join(" | ")
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,10 +216,27 @@ mod tests {
     #[test]
     fn every_backend_is_a_column_and_every_capability_a_row() {
         let page = render();
-        let table: Vec<&str> = page.lines().filter(|l| l.starts_with('|')).collect();
+        let table: Vec<&str> = page
+            .lines()
+            .take_while(|l| !l.starts_with("## Changes"))
+            .filter(|l| l.starts_with('|'))
+            .collect();
         assert!(table[0].contains("Cloud Hypervisor") && table[0].contains("Proxmox VE"));
         // header, separator, 3 firmware, 2 formats, 3 power states, sources, export, import
         assert_eq!(table.len(), 2 + 3 + 2 + 3 + 3);
+        let changes: Vec<&str> = page
+            .lines()
+            .skip_while(|l| !l.starts_with("## Changes"))
+            .filter(|l| l.starts_with('|'))
+            .collect();
+        // header, separator, one row per field
+        assert_eq!(changes.len(), 2 + MachineField::ALL.len());
+        assert!(
+            changes
+                .iter()
+                .any(|l| l.starts_with("| `memoryMiB` | grow Live, shrink PowerOff |")),
+            "the simulator's row: {changes:#?}"
+        );
         for line in table.iter().filter(|l| !l.starts_with("|---")) {
             // the label column and one per backend
             assert_eq!(line.matches(" | ").count() + 1, 6, "{line}");

@@ -35,6 +35,7 @@ infra_machine! {
         /// OS disk size in GiB; grown from the image's if larger.
         #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 1, max = 65536))]
+        #[x_kube(validation = Rule::new(crate::api::common::DISK_GROWS).message(crate::api::common::OS_DISK_GROWS_MSG))]
         pub disk_gib: Option<u32>,
         /// Firmware (default `efi`).
         #[serde(default)]

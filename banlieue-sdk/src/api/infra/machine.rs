@@ -20,9 +20,11 @@ pub struct MachineDisk {
     #[x_kube(validation = Rule::new(DNS_LABEL).message(DISK_NAME_MSG))]
     #[schemars(length(min = 1, max = 63))]
     pub name: String,
-    /// Size in GiB.
+    /// Size in GiB. It only grows: a disk is never shrunk (that loses data), so a
+    /// smaller size is refused.
     #[serde(rename = "sizeGiB")]
     #[schemars(range(min = 1, max = 65536))]
+    #[x_kube(validation = Rule::new(crate::api::common::DISK_GROWS).message(crate::api::common::DISK_GROWS_MSG))]
     pub size_gib: u32,
     /// Backend storage target (datastore, Proxmox storage, libvirt pool, directory).
     /// Default: the OS disk's.

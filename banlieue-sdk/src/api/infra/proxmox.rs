@@ -60,6 +60,7 @@ infra_machine! {
         /// Boot disk (`scsi0`) size in GiB; grown from the template's if larger.
         #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 1, max = 65536))]
+        #[x_kube(validation = Rule::new(crate::api::common::DISK_GROWS).message(crate::api::common::OS_DISK_GROWS_MSG))]
         pub disk_gib: Option<u32>,
         /// Firmware; default: the template's.
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -105,6 +105,8 @@ fn a_paused_or_departing_provider_builds_nothing_new() {
 
 fn observation(pending: Option<Duration>, power: Option<PowerState>) -> MachineObservation {
     MachineObservation {
+        next_boot: None,
+        resources: None,
         provider_id: Some("proxmox://pve/100".into()),
         power_state: power,
         addresses: vec![],

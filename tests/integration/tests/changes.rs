@@ -1,0 +1,390 @@
+//! A machine that runs changes honestly (issue 38), on the simulator, whose change
+//! table uses every mode (`banlieue_backend_sim::change_table`): a live change is
+//! applied and read back; a change that waits says so (`RestartRequired=True`, naming
+//! the field and what it waits for) and is applied by a power cycle; a change that can
+//! never be applied says so (`UpToDate=False ChangeRefused`) and loses nothing. What the
+//! machine runs with is read from the simulator itself, not from the status.
+
+use std::time::Duration;
+
+use banlieue_integration_tests::apply;
+use banlieue_integration_tests::fixtures::sim_provider;
+use banlieue_integration_tests::operator::{Operator, wait_for};
+use banlieue_sdk::api::VirtualMachine;
+use banlieue_sdk::api::infra::libvirt::LibvirtMachine;
+use banlieue_sdk::api::resources::{ChangeMode, MachineField};
+use banlieue_sdk::conditions;
+use banlieue_sdk::contract::InfraMachineRead;
+use banlieue_testenv::TestNamespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
+use kube::api::Api;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn machine(
+    name: &str,
+    cpus: u32,
+    memory: u64,
+    firmware: &str,
+    networks: usize,
+    power: &str,
+) -> Value {
+    let network: Vec<Value> = (0..networks)
+        .map(|_| json!({"network": "default"}))
+        .collect();
+    json!({
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachine",
+        "metadata": {"name": name},
+        "spec": {"providerRef": {"name": "sim"}, "image": {"path": "/var/lib/images/debian.qcow2"},
+                 "storagePool": "default", "cpus": cpus, "memoryMiB": memory, "firmware": firmware,
+                 "network": network, "powerState": power}
+    })
+}
+
+fn condition<'a>(m: &'a LibvirtMachine, type_: &str) -> Option<&'a Condition> {
+    m.status
+        .as_ref()
+        .and_then(|s| conditions::get(&s.conditions, type_))
+}
+
+fn is(m: &LibvirtMachine, type_: &str, status: &str, reason: &str) -> bool {
+    condition(m, type_).is_some_and(|c| {
+        c.status == status && c.reason == reason && c.observed_generation == m.metadata.generation
+    })
+}
+
+async fn world(prefix: &str) -> (TestNamespace, Operator, String) {
+    let ns = banlieue_testenv::namespace(prefix).await;
+    let endpoint = format!("sim://{}", ns.name);
+    apply(
+        &ns.client,
+        &ns.name,
+        &sim_provider("sim", &endpoint, json!({"latency": "100ms"})),
+    )
+    .await
+    .expect("Provider");
+    let operator = Operator::start_with(ns.client.clone(), &ns.name, Duration::from_secs(5));
+    (ns, operator, endpoint)
+}
+
+/// CPUs and memory grow live; memory shrinks only while off: the machine keeps
+/// running, says what waits, and a power cycle applies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_machine_grows_live_and_shrinks_after_a_power_cycle() {
+    let (ns, operator, endpoint) = world("change-live").await;
+    let machines: Api<LibvirtMachine> = ns.api();
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 1, 512, "efi", 1, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        m.is_ready() && is(m, "UpToDate", "True", "UpToDate")
+    })
+    .await;
+    let uid = m.uid().unwrap();
+    let sim = |uid: &str| {
+        operator
+            .sim
+            .machine(&endpoint, uid)
+            .expect("the sim machine")
+    };
+    assert_eq!((sim(&uid).cpus, sim(&uid).memory_mib), (1, 512));
+    let running = |m: &LibvirtMachine| {
+        m.status
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.running.clone())
+    };
+    assert_eq!(running(&m).map(|r| (r.cpus, r.memory_mib)), Some((1, 512)));
+    assert!(is(&m, "RestartRequired", "False", "NoRestartPending"));
+
+    // Grown live: applied, read back, nothing waits, never powered off.
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 4, 2048, "efi", 1, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        is(m, "UpToDate", "True", "UpToDate")
+            && running(m).is_some_and(|r| (r.cpus, r.memory_mib) == (4, 2048))
+    })
+    .await;
+    assert_eq!((sim(&uid).cpus, sim(&uid).memory_mib), (4, 2048));
+    assert!(m.is_ready(), "a live change keeps it Ready");
+    assert_eq!(
+        sim(&uid).power_state,
+        Some(banlieue_sdk::api::common::PowerState::PoweredOn)
+    );
+    assert!(operator.sim.stats(&endpoint).apply_changes >= 1);
+
+    // Shrunk: waits for a power-off, named; the machine runs on, unchanged.
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 4, 1024, "efi", 1, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        is(m, "RestartRequired", "True", "RestartRequired")
+    })
+    .await;
+    let message = &condition(&m, "RestartRequired").unwrap().message;
+    assert!(
+        message.contains("memoryMiB 2048 → 1024 waits for a power-off"),
+        "{message}"
+    );
+    assert!(is(&m, "UpToDate", "False", "RestartRequired"));
+    assert!(
+        m.is_ready(),
+        "a waiting change keeps it Ready: it runs as it was"
+    );
+    let pending = &m
+        .status
+        .as_ref()
+        .unwrap()
+        .resources
+        .as_ref()
+        .unwrap()
+        .pending;
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].field, pending[0].waits_for),
+        (MachineField::MemoryMib, ChangeMode::PowerOff)
+    );
+    assert_eq!(sim(&uid).memory_mib, 2048, "not applied while it runs");
+
+    // The VM's owner power-cycles it: applied while off, then it runs with it.
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 4, 1024, "efi", 1, "PoweredOff"),
+    )
+    .await
+    .unwrap();
+    wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        m.is_ready() && is(m, "UpToDate", "True", "UpToDate")
+    })
+    .await;
+    assert_eq!(sim(&uid).memory_mib, 1024);
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 4, 1024, "efi", 1, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        m.is_ready()
+            && is(m, "UpToDate", "True", "UpToDate")
+            && is(m, "RestartRequired", "False", "NoRestartPending")
+    })
+    .await;
+    assert_eq!(running(&m).map(|r| r.memory_mib), Some(1024));
+    assert_eq!(
+        operator.sim.machines(&endpoint).len(),
+        1,
+        "never a second machine"
+    );
+}
+
+/// A `NextBoot` change is written at once and taken at the next boot; a `Never`
+/// change is refused, named, and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn next_boot_changes_wait_for_the_boot_and_never_changes_are_refused() {
+    let (ns, operator, endpoint) = world("change-boot").await;
+    let machines: Api<LibvirtMachine> = ns.api();
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 1, 512, "efi", 1, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        m.is_ready() && is(m, "UpToDate", "True", "UpToDate")
+    })
+    .await;
+    let uid = m.uid().unwrap();
+    let provider_id = m.provider_id().unwrap().to_owned();
+
+    // A second network device: written for the next boot (the sim's table), pending.
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 1, 512, "efi", 2, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        is(m, "RestartRequired", "True", "RestartRequired")
+    })
+    .await;
+    let message = &condition(&m, "RestartRequired").unwrap().message;
+    assert!(
+        message.contains("networks 1 → 2 waits for the next boot"),
+        "{message}"
+    );
+    let calls = operator.sim.stats(&endpoint).apply_changes;
+    assert!(calls >= 1, "written for the next boot");
+    let on_sim = operator.sim.machine(&endpoint, &uid).unwrap();
+    assert_eq!(
+        on_sim.resources.networks, 1,
+        "the running guest has not taken it"
+    );
+    assert_eq!(
+        on_sim.next_boot.map(|n| n.networks),
+        Some(2),
+        "its next boot has"
+    );
+    // Written once: the resyncs (every 5 s) do not write it again.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(
+        operator.sim.stats(&endpoint).apply_changes,
+        calls,
+        "written once"
+    );
+
+    // The firmware: never changed on a made machine.
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 1, 512, "bios", 2, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        is(m, "UpToDate", "False", "ChangeRefused")
+    })
+    .await;
+    let message = &condition(&m, "UpToDate").unwrap().message;
+    assert!(
+        message.contains("firmware efi → bios cannot be applied to this machine"),
+        "{message}"
+    );
+    assert!(m.is_ready(), "refused, and it runs on");
+    assert_eq!(
+        m.provider_id(),
+        Some(provider_id.as_str()),
+        "the same machine"
+    );
+    assert_eq!(operator.sim.machines(&endpoint).len(), 1);
+
+    // A power cycle takes the network change; the firmware stays refused.
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 1, 512, "bios", 2, "PoweredOff"),
+    )
+    .await
+    .unwrap();
+    wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| m.is_ready()).await;
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 1, 512, "bios", 2, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        m.is_ready()
+            && is(m, "RestartRequired", "False", "NoRestartPending")
+            && m.status
+                .as_ref()
+                .and_then(|s| s.resources.as_ref())
+                .and_then(|r| r.running.as_ref())
+                .is_some_and(|r| r.networks == 2)
+    })
+    .await;
+    assert!(is(&m, "UpToDate", "False", "ChangeRefused"));
+    let on_sim = operator.sim.machine(&endpoint, &uid).unwrap();
+    assert_eq!(on_sim.provider_id, provider_id);
+    assert_eq!(on_sim.resources.networks, 2, "taken at the boot");
+    assert_eq!(
+        on_sim.resources.firmware,
+        Some(banlieue_sdk::api::common::Firmware::Efi),
+        "never changed"
+    );
+
+    // Back to what it was made with: up to date again.
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 1, 512, "efi", 2, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        is(m, "UpToDate", "True", "UpToDate")
+    })
+    .await;
+}
+
+/// A VirtualMachine whose class changes is resized in place (the same machine), and
+/// mirrors what its infra machine says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_machine_resized_by_its_class_mirrors_its_machine() {
+    let (ns, operator, endpoint) = world("change-vm").await;
+    let class = |name: &str, cpus: u32, memory: u64| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": name},
+               "spec": {"cpus": cpus, "memoryMiB": memory, "disk": {"sizeGiB": 5, "storageClass": "fast"}}})
+    };
+    let small = format!("{}-small", ns.name);
+    let large = format!("{}-large", ns.name);
+    let image = format!("{}-debian", ns.name);
+    for object in [
+        class(&small, 1, 512),
+        class(&large, 2, 1024),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
+               "spec": {"os": {"family": "linux", "distribution": "debian", "version": "13"}, "sources": {"sim": {"name": "debian"}}}}),
+    ] {
+        apply(&ns.client, &ns.name, &object).await.unwrap();
+    }
+    let vm = |class: &str| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web"},
+               "spec": {"classRef": {"name": class}, "imageRef": {"name": image},
+                        "networks": [{"name": "eth0", "networkClass": "lan"}],
+                        "placement": {"providerRef": {"name": "sim"}}}})
+    };
+    let vms: Api<VirtualMachine> = ns.api();
+    apply(&ns.client, &ns.name, &vm(&small)).await.unwrap();
+    let up_to_date = |v: &VirtualMachine, cpus: u32| {
+        v.status.as_ref().is_some_and(|s| {
+            conditions::is_true(&s.conditions, "Ready")
+                && conditions::is_true(&s.conditions, "UpToDate")
+                && s.resources
+                    .as_ref()
+                    .and_then(|r| r.running.as_ref())
+                    .is_some_and(|r| r.cpus == cpus)
+        })
+    };
+    let v = wait_for(&vms, "web", WAIT, |v: &VirtualMachine| up_to_date(v, 1)).await;
+    let provider_id = v.status.as_ref().unwrap().provider_id.clone().unwrap();
+
+    apply(&ns.client, &ns.name, &vm(&large)).await.unwrap();
+    let v = wait_for(&vms, "web", WAIT, |v: &VirtualMachine| up_to_date(v, 2)).await;
+    let status = v.status.as_ref().unwrap();
+    assert_eq!(
+        status.provider_id.as_deref(),
+        Some(provider_id.as_str()),
+        "resized, not replaced"
+    );
+    let machines = operator.sim.machines(&endpoint);
+    assert_eq!(machines.len(), 1);
+    assert_eq!((machines[0].cpus, machines[0].memory_mib), (2, 1024));
+    assert_eq!(
+        status
+            .resources
+            .as_ref()
+            .and_then(|r| r.desired.as_ref())
+            .map(|d| d.memory_mib),
+        Some(1024)
+    );
+}
