@@ -665,7 +665,12 @@ async fn a_restored_object_with_two_sim_vms_made_for_it_waits_for_a_human() {
         assert!(started.elapsed() < target.wait, "the second VM never made");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let both: Vec<String> = live(&sim).into_iter().map(|m| m.backend_ref).collect();
+    // The simulator names both by the object (one backend ref), so each is named by
+    // its provider ID with it.
+    let both: Vec<(String, String)> = live(&sim)
+        .into_iter()
+        .map(|m| (m.backend_ref, m.provider_id))
+        .collect();
     assert_eq!(both.len(), 2, "{both:?}");
     let created = sim.stats(&endpoint).machines_created;
 
@@ -688,10 +693,10 @@ async fn a_restored_object_with_two_sim_vms_made_for_it_waits_for_a_human() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     eprintln!("RestorePending: {waiting}");
-    for backend_ref in &both {
+    for (backend_ref, provider_id) in &both {
         assert!(
-            waiting.contains(backend_ref.as_str()),
-            "names {backend_ref}: {waiting}"
+            waiting.contains(&format!("{backend_ref} ({provider_id}")),
+            "names {backend_ref} ({provider_id}): {waiting}"
         );
     }
     // A few more rounds: nothing created, nothing adopted.
