@@ -507,26 +507,9 @@ async fn restored_objects_find_their_libvirt_domains_in_every_order() {
     scenario(&ns, &target).await;
 }
 
-/// Kills the rig's VMMs when the test ends, however it ends: the fake VMMs are
-/// processes of their own and outlive the (killed) operator, as real ones do.
-struct Vmms(Arc<ChRig>);
-
-impl Drop for Vmms {
-    fn drop(&mut self) {
-        for pid in self.0.all_vmm_pids() {
-            // Not `cloud_hypervisor::kill`: that asserts, and this may run while
-            // the test panics already.
-            let _ = std::process::Command::new("kill")
-                .args(["-9", &pid.to_string()])
-                .status();
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restored_objects_find_their_cloud_hypervisor_vms_in_every_order() {
     let rig = Arc::new(ChRig::new(FAKE_VMM, Guest::Exit));
-    let _vmms = Vmms(rig.clone());
     let ns = banlieue_testenv::namespace("restore-ch").await;
     let fixtures = [
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "ch"},
@@ -704,10 +687,16 @@ async fn a_restored_object_with_two_sim_vms_made_for_it_waits_for_a_human() {
     let machine = machines.get(ALONE).await.expect("machine");
     assert_eq!(provider_id(&machine), None, "adopted one of two");
     assert_eq!(
-        machine_ready(&machine).map(|(_, reason, _)| reason).as_deref(),
+        machine_ready(&machine)
+            .map(|(_, reason, _)| reason)
+            .as_deref(),
         Some("RestorePending")
     );
-    assert_eq!(sim.stats(&endpoint).machines_created, created, "created one");
+    assert_eq!(
+        sim.stats(&endpoint).machines_created,
+        created,
+        "created one"
+    );
     assert_eq!(live(&sim).len(), 2);
     let vm: VirtualMachine = ns.api().get(ALONE).await.expect("VM");
     let condition = |kind: &str| {
@@ -719,7 +708,9 @@ async fn a_restored_object_with_two_sim_vms_made_for_it_waits_for_a_human() {
     let (ready, infra) = (condition("Ready"), condition("InfrastructureReady"));
     eprintln!("the VM: Ready {ready:?}; InfrastructureReady {infra:?}");
     assert!(
-        ready.as_ref().is_some_and(|(status, _, _)| status == "False"),
+        ready
+            .as_ref()
+            .is_some_and(|(status, _, _)| status == "False"),
         "the VM is not Ready: {ready:?}"
     );
     assert!(
