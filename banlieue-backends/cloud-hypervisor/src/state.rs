@@ -165,12 +165,23 @@ impl VmDir {
     }
 
     /// Every machine directory under `root` (complete ones only).
+    ///
+    /// Only directories named by a UID count: `<uid>.partial` holds a `state.json`
+    /// too, from the moment its record is written until it is renamed into place (or
+    /// for good, if the operator died in between), and is no machine. Listed, it would
+    /// be offered to a restored object (`made_for`) as a machine whose directory does
+    /// not exist.
     pub fn all(root: &Path) -> Vec<VmDir> {
         let Ok(entries) = std::fs::read_dir(root) else {
             return Vec::new();
         };
         entries
             .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|name| Self::new(root, name).is_ok())
+            })
             .filter(|e| e.path().join("state.json").is_file())
             .map(|e| VmDir { path: e.path() })
             .collect()
@@ -204,6 +215,11 @@ mod tests {
         };
         dir.save(&record).unwrap();
         assert_eq!(dir.load().unwrap(), Some(record));
+        assert_eq!(VmDir::all(root.path()), vec![dir.clone()]);
+        // A machine being prepared (record written, not yet renamed into place) is
+        // not one yet.
+        std::fs::create_dir(dir.partial()).unwrap();
+        save_in(&dir.partial(), &dir.load().unwrap().unwrap()).unwrap();
         assert_eq!(VmDir::all(root.path()), vec![dir.clone()]);
         assert!(VmDir::new(root.path(), "../etc").is_err());
         assert_eq!(dir.partial(), root.path().join("0a1b-2c.partial"));

@@ -257,6 +257,21 @@ impl ChRig {
     }
 }
 
+/// The rig's VMMs go with it: its directory (their disks and sockets) is removed, and
+/// a VMM left running would outlive the test process, holding whatever it inherited
+/// (e.g. the fd of `flock /tmp/banlieue-libvirt.lock`, so the next `flock` waits for
+/// ever).
+impl Drop for ChRig {
+    fn drop(&mut self) {
+        for pid in self.all_vmm_pids() {
+            // Not `kill`: that asserts, and this may run while a test panics.
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
 /// Kills a process (SIGKILL), as an outsider would.
 pub fn kill(pid: u32) {
     let status = std::process::Command::new("kill")

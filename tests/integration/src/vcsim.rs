@@ -243,6 +243,13 @@ impl Vcsim {
     }
 }
 
+impl Vcsim {
+    /// The vcsim process: stopped (`SIGSTOP`) it is a vCenter that stopped answering.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Vcsim {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -26,8 +26,8 @@ use banlieue_integration_tests::crashable::CrashableOperator;
 use banlieue_integration_tests::fakepve::FakePve;
 use banlieue_integration_tests::libvirt::{IMAGE_VOLUME, LibvirtRig, NETWORK, POOL};
 use banlieue_integration_tests::vcsim::Vcsim;
-use banlieue_sdk::api::VirtualMachine;
 use banlieue_sdk::api::common::{PowerState, ProviderClass};
+use banlieue_sdk::api::{Provider, VirtualMachine};
 use banlieue_sdk::backend::BackendRegistry;
 use banlieue_sdk::conditions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -719,4 +719,383 @@ async fn a_vm_deleted_mid_copy_leaves_nothing_behind() {
         })
         .unwrap_or_default();
     assert!(left.is_empty(), "Cloud Hypervisor state left: {left:?}");
+}
+
+/// The Provider's Ready condition, once it has one.
+async fn provider_ready(client: &kube::Client, ns: &str, name: &str) -> Option<Condition> {
+    let providers: Api<Provider> = Api::namespaced(client.clone(), ns);
+    let provider = providers.get_opt(name).await.unwrap()?;
+    provider
+        .status
+        .and_then(|s| conditions::get(&s.conditions, "Ready").cloned())
+}
+
+async fn until_provider_not_ready(client: &kube::Client, ns: &str, name: &str) -> Condition {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(c) = provider_ready(client, ns, name).await
+            && c.status == "False"
+        {
+            eprintln!("[{name}] Ready=False {}: {}", c.reason, c.message);
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Provider {name} never went Ready=False"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits for the move to say `ProviderUnreachable`; any step of a move that started
+/// (or a refusal as unsupported) on the way fails the test at once.
+async fn until_unreachable(vms: &Api<VirtualMachine>) -> Condition {
+    let said = until(vms, VM, "Migrating=False ProviderUnreachable", |v| {
+        let Some(c) = condition(v, "Migrating") else {
+            return false;
+        };
+        assert!(
+            !matches!(
+                c.reason.as_str(),
+                "CopyDiskUnsupported"
+                    | "StoppingSource"
+                    | "CopyingDisks"
+                    | "StartingTarget"
+                    | "CopyFailed"
+            ),
+            "an unreachable Provider must neither refuse the move nor start it: {} {}: {}",
+            c.status,
+            c.reason,
+            c.message
+        );
+        c.reason == "ProviderUnreachable"
+    })
+    .await;
+    let c = condition(&said, "Migrating").unwrap().clone();
+    assert_eq!(c.status, "False", "{c:?}");
+    c
+}
+
+/// What a move that did not start must leave: the VM placed where it was and
+/// reporting it, the source machine as it was (same UID, still asked to run), and
+/// nothing of the VM on the target.
+async fn assert_nothing_moved(
+    client: &kube::Client,
+    ns: &str,
+    vms: &Api<VirtualMachine>,
+    (from, source_kind, source_uid): (&str, &str, &str),
+    target_kind: &str,
+) {
+    let vm = vms.get(VM).await.unwrap();
+    let status = vm.status.as_ref().unwrap();
+    assert_eq!(
+        status.placement.as_ref().map(|p| p.provider.as_str()),
+        Some(from),
+        "the status says where the VM runs"
+    );
+    let source = infra(client, ns, source_kind).get(VM).await.unwrap();
+    assert_eq!(
+        source.metadata.uid.as_deref(),
+        Some(source_uid),
+        "the same source machine"
+    );
+    assert_eq!(
+        source.data["spec"]["powerState"], "PoweredOn",
+        "the source is not stopped"
+    );
+    assert!(
+        source.metadata.deletion_timestamp.is_none(),
+        "the source is not being deleted"
+    );
+    assert!(
+        infra(client, ns, target_kind)
+            .get_opt(VM)
+            .await
+            .unwrap()
+            .is_none(),
+        "no {target_kind} made"
+    );
+}
+
+/// F9: a CopyDisk move whose *source* Provider cannot be reached (its credentials
+/// Secret is gone, so its connection no longer resolves) is not refused as
+/// unsupported: it says `ProviderUnreachable`, touches nothing (the vSphere VM keeps
+/// running, nothing is made on Cloud Hypervisor) and is tried again with backoff, so
+/// it happens once the Provider is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_from_an_unreachable_provider_waits_says_so_and_loses_nothing() {
+    let Some(World {
+        rigs,
+        ns,
+        client,
+        vms,
+        operator: _operator,
+    }) = world("copy-unr").await
+    else {
+        return;
+    };
+    apply(&client, &ns.name, &vm(&ns.name, VM, "vc", "PoweredOn"))
+        .await
+        .unwrap();
+    until(&vms, VM, "Ready on vSphere", |v| {
+        ready_on(v, "vc", PowerState::PoweredOn)
+    })
+    .await;
+    let source_uid = uid_of(&client, &ns.name, "VSphereMachine").await;
+    let on_vsphere = rigs.vc.vm(VM).expect("the VM on vSphere");
+
+    // The source becomes unreachable: its credentials go.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), &ns.name);
+    let credentials = secrets.get("vc-credentials").await.unwrap();
+    secrets
+        .delete("vc-credentials", &Default::default())
+        .await
+        .unwrap();
+    until_provider_not_ready(&client, &ns.name, "vc").await;
+    let ch_creates = || {
+        rigs.ch
+            .exchanges()
+            .into_iter()
+            .filter(|e| e["path"].as_str() == Some("/api/v1/vm.create"))
+            .count()
+    };
+    let (vc_calls, ch_before) = (rigs.vc.calls("PowerOffVM_Task"), ch_creates());
+
+    move_to(&vms, "ch").await;
+    let said = until_unreachable(&vms).await;
+    assert!(
+        said.message.contains("Provider vc (") && said.message.contains("is not reachable"),
+        "names the unreachable Provider: {}",
+        said.message
+    );
+    // A few backoff rounds: still nothing touched.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let still = vms.get(VM).await.unwrap();
+    assert_eq!(
+        condition(&still, "Migrating").map(|c| c.reason.as_str()),
+        Some("ProviderUnreachable")
+    );
+    assert_nothing_moved(
+        &client,
+        &ns.name,
+        &vms,
+        ("vc", "VSphereMachine", &source_uid),
+        "CloudHypervisorMachine",
+    )
+    .await;
+    let now_on_vsphere = rigs.vc.vm(VM).expect("the VM still on vSphere");
+    assert_eq!(now_on_vsphere["moref"], on_vsphere["moref"], "the same VM");
+    assert_eq!(
+        now_on_vsphere["power"], on_vsphere["power"],
+        "still running"
+    );
+    assert_eq!(rigs.vc.calls("PowerOffVM_Task"), vc_calls, "never stopped");
+    assert_eq!(
+        ch_creates(),
+        ch_before,
+        "nothing created on Cloud Hypervisor"
+    );
+    let left: Vec<String> = std::fs::read_dir(&rigs.ch.state_dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "Cloud Hypervisor state made: {left:?}");
+
+    // Back: the move is tried again and happens (a refusal would have stayed).
+    let mut restored = json!({"apiVersion": "v1", "kind": "Secret",
+                              "metadata": {"name": "vc-credentials"}});
+    restored["data"] = serde_json::to_value(&credentials.data).unwrap();
+    apply(&client, &ns.name, &restored).await.unwrap();
+    until(&vms, VM, "Ready on Cloud Hypervisor", |v| {
+        ready_on(v, "ch", PowerState::PoweredOn)
+    })
+    .await;
+    assert_eq!(ch_creates() - ch_before, 1, "one VM created on CH");
+    assert!(
+        rigs.vc.vm(VM).is_none(),
+        "the vSphere VM is gone once moved"
+    );
+}
+
+/// F9, the other end: a CopyDisk move to a Provider whose endpoint is a closed
+/// loopback port. That Provider is `Ready=False Unreachable`, so the move is held at
+/// scheduling: the VM says no Provider fits and why (the target is unreachable, not
+/// "unsupported"), the source keeps running untouched and nothing is made on the
+/// target. Once the Provider answers (its endpoint fixed), the move happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_to_an_unreachable_provider_waits_for_it_and_loses_nothing() {
+    let Some(World {
+        rigs,
+        ns,
+        client,
+        vms,
+        operator: _operator,
+    }) = world("copy-unr-to").await
+    else {
+        return;
+    };
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let down = |endpoint: String| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "down"},
+               "spec": {"class": "vsphere",
+                        "connection": {"endpoint": endpoint,
+                                       "credentialsRef": {"name": "vc-credentials"},
+                                       "caBundle": {"inline": rigs.vc.ready.ca_pem}},
+                        "capabilities": {
+                            "storageClasses": [{"name": "local", "target": {"datastore": "LocalDS_0"}}],
+                            "networkClasses": [{"name": "lan", "target": {"portGroup": "VM Network"}}]},
+                        "settings": {"taskPollInterval": "100ms", "shutdownTimeout": "2s"}}})
+    };
+    apply(
+        &client,
+        &ns.name,
+        &down(format!("https://127.0.0.1:{closed}/sdk")),
+    )
+    .await
+    .unwrap();
+    apply(&client, &ns.name, &vm(&ns.name, VM, "ch", "PoweredOn"))
+        .await
+        .unwrap();
+    until(&vms, VM, "Ready on Cloud Hypervisor", |v| {
+        ready_on(v, "ch", PowerState::PoweredOn)
+    })
+    .await;
+    let source_uid = uid_of(&client, &ns.name, "CloudHypervisorMachine").await;
+    let pids = rigs.ch.vmm_pids(&source_uid);
+    assert_eq!(pids.len(), 1);
+    let not_ready = until_provider_not_ready(&client, &ns.name, "down").await;
+    assert_eq!(not_ready.reason, "Unreachable", "{not_ready:?}");
+
+    move_to(&vms, "down").await;
+    let held = until(&vms, VM, "the move held at scheduling", |v| {
+        if let Some(c) = condition(v, "Migrating").filter(|c| c.reason != "Completed") {
+            panic!(
+                "a move to an unreachable Provider must neither be refused nor start: {} {}: {}",
+                c.status, c.reason, c.message
+            );
+        }
+        condition(v, "Scheduled").is_some_and(|c| c.status == "False")
+    })
+    .await;
+    let scheduled = condition(&held, "Scheduled").unwrap();
+    assert_eq!(scheduled.reason, "NoFeasibleProvider", "{scheduled:?}");
+    assert!(
+        scheduled.message.contains("down: not Ready (Unreachable: ")
+            && scheduled.message.contains("Connection refused"),
+        "says the target is unreachable: {}",
+        scheduled.message
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let still = vms.get(VM).await.unwrap();
+    assert!(
+        condition(&still, "Migrating").is_none_or(|c| c.reason == "Completed"),
+        "no move started: {:?}",
+        condition(&still, "Migrating")
+    );
+    assert_nothing_moved(
+        &client,
+        &ns.name,
+        &vms,
+        ("ch", "CloudHypervisorMachine", &source_uid),
+        "VSphereMachine",
+    )
+    .await;
+    assert_eq!(rigs.ch.vmm_pids(&source_uid), pids, "the same VMM, running");
+    let ops = rigs.ch.operations(&source_uid);
+    assert!(
+        !ops.iter()
+            .any(|o| o == "vm.power-button" || o == "vm.shutdown" || o == "vm.delete"),
+        "the source was never stopped: {ops:?}"
+    );
+    assert!(rigs.vc.vm(VM).is_none(), "nothing on vSphere");
+
+    // The Provider answers again: the move happens.
+    apply(
+        &client,
+        &ns.name,
+        &down(format!("{}/sdk", rigs.vc.ready.endpoint)),
+    )
+    .await
+    .unwrap();
+    until(&vms, VM, "Ready on the Provider once it answers", |v| {
+        ready_on(v, "down", PowerState::PoweredOn)
+    })
+    .await;
+    assert_eq!(
+        rigs.vc.vms().iter().filter(|v| v["name"] == VM).count(),
+        1,
+        "one VM on vSphere"
+    );
+    assert!(
+        !rigs.ch.machine_dir(&source_uid).join("state.json").exists(),
+        "the CH machine is gone once moved"
+    );
+}
+
+/// F9 as it happens in an outage: the source's vCenter stops answering (vcsim
+/// stopped with SIGSTOP), its Provider goes `Ready=False Unreachable`, and a CopyDisk
+/// move off it is asked for. It should say `ProviderUnreachable` and stop nothing.
+///
+/// Ignored because it fails today: the backend cache still holds the source's
+/// backend (backends connect lazily, so only a connection that no longer *resolves*
+/// — a credentials Secret gone — makes `for_provider` fail), the disk-transfer check
+/// passes, and the move goes straight to `StoppingSource` (the source machine is
+/// patched `PoweredOff` within a second); once vcsim answers again the move completes
+/// with one VM, so nothing is lost, but the source was asked to stop while its
+/// Provider was unreachable. Run it with `--ignored` once `transfer` also heeds the
+/// Providers' Ready conditions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "F9 gap: a network outage of the source is not seen by the CopyDisk planning (see the doc comment)"]
+async fn a_copy_from_a_provider_that_stopped_answering_says_unreachable_and_stops_nothing() {
+    let Some(World {
+        rigs,
+        ns,
+        client,
+        vms,
+        operator: _operator,
+    }) = world("copy-silent").await
+    else {
+        return;
+    };
+    apply(&client, &ns.name, &vm(&ns.name, VM, "vc", "PoweredOn"))
+        .await
+        .unwrap();
+    until(&vms, VM, "Ready on vSphere", |v| {
+        ready_on(v, "vc", PowerState::PoweredOn)
+    })
+    .await;
+    let source_uid = uid_of(&client, &ns.name, "VSphereMachine").await;
+    let pid = rigs.vc.pid().to_string();
+    run(Command::new("kill").args(["-STOP", &pid]));
+    until_provider_not_ready(&client, &ns.name, "vc").await;
+    move_to(&vms, "ch").await;
+    let said = until_unreachable(&vms).await;
+    assert!(said.message.contains("Provider vc ("), "{}", said.message);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_nothing_moved(
+        &client,
+        &ns.name,
+        &vms,
+        ("vc", "VSphereMachine", &source_uid),
+        "CloudHypervisorMachine",
+    )
+    .await;
+    run(Command::new("kill").args(["-CONT", &pid]));
+    until(&vms, VM, "Ready on Cloud Hypervisor", |v| {
+        ready_on(v, "ch", PowerState::PoweredOn)
+    })
+    .await;
+    assert!(
+        rigs.vc.vm(VM).is_none(),
+        "the vSphere VM is gone once moved"
+    );
 }

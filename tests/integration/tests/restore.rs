@@ -5,7 +5,8 @@
 //! backend VMs stay; they are re-created in every order — the VM alone, the VM before
 //! its machine, the machine before its VM — and the operator is started again. Then
 //! each VM has exactly one backend VM (counted on the backend), the same providerID as
-//! before, and is Ready. On sim, vcsim, fakepve and a real libvirtd.
+//! before, and is Ready. On sim, vcsim, fakepve, a real libvirtd and Cloud Hypervisor
+//! (the repo's OpenAPI-checked fake VMM).
 //!
 //! `flock /tmp/banlieue-libvirt.lock` around the libvirt one when helpers share a host.
 
@@ -13,10 +14,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use banlieue_backend_cloud_hypervisor::ChFactory;
 use banlieue_backend_libvirt::LibvirtFactory;
 use banlieue_backend_proxmox::ProxmoxFactory;
-use banlieue_backend_sim::SimFactory;
+use banlieue_backend_sim::{SimFactory, SimMachineInfo};
 use banlieue_backend_vsphere::VSphereFactory;
+use banlieue_integration_tests::cloud_hypervisor::{ChRig, Guest};
 use banlieue_integration_tests::crashable::CrashableOperator;
 use banlieue_integration_tests::fakepve::FakePve;
 use banlieue_integration_tests::libvirt::{IMAGE_VOLUME, LibvirtRig, NETWORK, POOL};
@@ -25,17 +28,26 @@ use banlieue_integration_tests::vcsim::Vcsim;
 use banlieue_integration_tests::{apply, post};
 use banlieue_sdk::api::VirtualMachine;
 use banlieue_sdk::api::common::ProviderClass;
-use banlieue_sdk::backend::BackendRegistry;
+use banlieue_sdk::api::infra::libvirt::LibvirtMachineSpec;
+use banlieue_sdk::backend::{
+    Backend, BackendRegistry, Connection, MachineIdentity, MachineRequest, MachineSpec,
+};
 use banlieue_sdk::conditions;
 use banlieue_testenv::TestNamespace;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
+
+/// The spec-checked fake Cloud Hypervisor VMM.
+const FAKE_VMM: &str = env!("CARGO_BIN_EXE_fake-ch-vmm");
 
 /// The three restore orders, one VM each.
 const ALONE: &str = "alone";
 const VM_FIRST: &str = "vm-first";
 const MACHINE_FIRST: &str = "machine-first";
 const NAMES: [&str; 3] = [ALONE, VM_FIRST, MACHINE_FIRST];
+
+/// How long each simulated operation takes.
+const SIM_LATENCY: &str = "100ms";
 
 /// One backend under test.
 struct Target {
@@ -69,6 +81,21 @@ fn machines_api(ns: &TestNamespace, target: &Target) -> Api<DynamicObject> {
         plural: target.plural.into(),
     };
     Api::namespaced_with(ns.client.clone(), &ns.name, &resource)
+}
+
+/// VirtualMachines as plain objects, the way a backup tool reads and writes them.
+fn vm_objects(ns: &TestNamespace) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        ns.client.clone(),
+        &ns.name,
+        &ApiResource {
+            group: "banlieue.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "banlieue.io/v1alpha1".into(),
+            kind: "VirtualMachine".into(),
+            plural: "virtualmachines".into(),
+        },
+    )
 }
 
 fn is_ready(vm: &VirtualMachine) -> bool {
@@ -175,17 +202,7 @@ async fn strip_and_delete(api: &Api<DynamicObject>, name: &str) {
 }
 
 async fn scenario(ns: &TestNamespace, target: &Target) {
-    let vm_api: Api<DynamicObject> = Api::namespaced_with(
-        ns.client.clone(),
-        &ns.name,
-        &ApiResource {
-            group: "banlieue.io".into(),
-            version: "v1alpha1".into(),
-            api_version: "banlieue.io/v1alpha1".into(),
-            kind: "VirtualMachine".into(),
-            plural: "virtualmachines".into(),
-        },
-    );
+    let vm_api = vm_objects(ns);
     let machines = machines_api(ns, target);
 
     // Made, Ready.
@@ -265,15 +282,15 @@ async fn scenario(ns: &TestNamespace, target: &Target) {
     operator.kill();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restored_objects_find_their_sim_vms_in_every_order() {
-    let ns = banlieue_testenv::namespace("restore-sim").await;
+/// A sim Provider (its endpoint named after the namespace), class and image in `ns`;
+/// the target, its factory (to look at the simulated hypervisor) and the endpoint.
+async fn sim_target(ns: &TestNamespace) -> (Target, Arc<SimFactory>, String) {
     let endpoint = format!("sim://{}", ns.name);
     let fixtures = [
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "sim"},
                "spec": {"class": "sim", "connection": {"endpoint": endpoint},
                         "capabilities": {"storageClasses": [{"name": "fast", "target": {"pool": "default"}}]},
-                        "settings": {"latency": "100ms"}}}),
+                        "settings": {"latency": SIM_LATENCY}}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-small", ns.name)},
                "spec": {"cpus": 1, "memoryMiB": 512, "disk": {"sizeGiB": 5, "storageClass": "fast"}}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{}-debian", ns.name)},
@@ -285,12 +302,13 @@ async fn restored_objects_find_their_sim_vms_in_every_order() {
     let sim = Arc::new(SimFactory::new());
     let counted = sim.clone();
     let (class, image) = (format!("{}-small", ns.name), format!("{}-debian", ns.name));
+    let at = endpoint.clone();
     let target = Target {
         label: "sim",
         kind: "LibvirtMachine",
         plural: "libvirtmachines",
         class: ProviderClass::Sim,
-        factory: sim,
+        factory: sim.clone(),
         vm: Box::new(move |name| {
             json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name},
                    "spec": {"classRef": {"name": class}, "imageRef": {"name": image},
@@ -298,7 +316,7 @@ async fn restored_objects_find_their_sim_vms_in_every_order() {
         }),
         count: Box::new(move || {
             let mut count = BTreeMap::new();
-            for m in counted.machines(&endpoint) {
+            for m in counted.machines(&at) {
                 if !m.deleting {
                     *count.entry(m.identity.name.clone()).or_default() += 1;
                 }
@@ -307,6 +325,13 @@ async fn restored_objects_find_their_sim_vms_in_every_order() {
         }),
         wait: Duration::from_secs(60),
     };
+    (target, sim, endpoint)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restored_objects_find_their_sim_vms_in_every_order() {
+    let ns = banlieue_testenv::namespace("restore-sim").await;
+    let (target, _, _) = sim_target(&ns).await;
     scenario(&ns, &target).await;
 }
 
@@ -480,4 +505,219 @@ async fn restored_objects_find_their_libvirt_domains_in_every_order() {
         wait: Duration::from_secs(300),
     };
     scenario(&ns, &target).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restored_objects_find_their_cloud_hypervisor_vms_in_every_order() {
+    let rig = Arc::new(ChRig::new(FAKE_VMM, Guest::Exit));
+    let ns = banlieue_testenv::namespace("restore-ch").await;
+    let fixtures = [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "ch"},
+        "spec": {
+            "class": "cloud-hypervisor",
+            "connection": {"endpoint": rig.endpoint()},
+            "capabilities": {
+                "storageClasses": [{"name": "local", "target": {"storage": "local"}}],
+                "networkClasses": [{"name": "lan", "target": {"network": "tap"}}]
+            },
+            "settings": rig.settings()
+        }}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-small", ns.name)},
+               "spec": {"cpus": 1, "memoryMiB": 512, "disk": {"sizeGiB": 1, "storageClass": "local"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{}-debian", ns.name)},
+               "spec": {"os": {"family": "linux", "distribution": "debian", "version": "13"},
+                        "sources": {"cloudHypervisor": rig.image}}}),
+    ];
+    for object in &fixtures {
+        apply(&ns.client, &ns.name, object).await.expect("fixture");
+    }
+    let counted = rig.clone();
+    let (class, image) = (format!("{}-small", ns.name), format!("{}-debian", ns.name));
+    let target = Target {
+        label: "cloud-hypervisor",
+        kind: "CloudHypervisorMachine",
+        plural: "cloudhypervisormachines",
+        class: ProviderClass::CloudHypervisor,
+        factory: Arc::new(ChFactory::new()),
+        vm: Box::new(move |name| {
+            json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name},
+                   "spec": {"classRef": {"name": class}, "imageRef": {"name": image},
+                            "networks": [{"name": "eth0", "networkClass": "lan"}]}})
+        }),
+        // A machine is a directory of the state directory whose record names the
+        // object it was made for; each must run one VMM (a second VM would be a
+        // second directory, a second VMM a restart).
+        count: Box::new(move || {
+            let mut count = BTreeMap::new();
+            let Ok(dirs) = std::fs::read_dir(&counted.state_dir) else {
+                return count;
+            };
+            for dir in dirs.flatten() {
+                let uid = dir.file_name().to_string_lossy().into_owned();
+                // `<uid>.partial`, `.importing`, `.imported`: not (yet) a machine.
+                if uid.contains('.') {
+                    continue;
+                }
+                let Some(record) = counted.state(&uid) else {
+                    continue;
+                };
+                let name = record["name"].as_str().unwrap_or_default().to_owned();
+                let vmms = counted.vmm_pids(&uid).len();
+                assert_eq!(vmms, 1, "{name} ({uid}): VMMs {vmms}");
+                *count.entry(name).or_default() += 1;
+            }
+            count
+        }),
+        wait: Duration::from_secs(90),
+    };
+    scenario(&ns, &target).await;
+    rig.assert_conformant();
+}
+
+/// The machine's `Ready` condition: (status, reason, message).
+fn machine_ready(machine: &DynamicObject) -> Option<(String, String, String)> {
+    let c = machine.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?;
+    let text = |key: &str| c[key].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+/// Two backend VMs made for one object (the object's own, and one made for the same
+/// namespace, kind and name under another UID — a create that ran twice, a copy made
+/// by hand): the restored object cannot tell which is its own, so its machine waits,
+/// `Ready=False RestorePending`, naming both, and nothing is created or adopted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_object_with_two_sim_vms_made_for_it_waits_for_a_human() {
+    let ns = banlieue_testenv::namespace("restore-two").await;
+    let (target, sim, endpoint) = sim_target(&ns).await;
+    let (vm_api, machines) = (vm_objects(&ns), machines_api(&ns, &target));
+    let live = |sim: &SimFactory| -> Vec<SimMachineInfo> {
+        sim.machines(&endpoint)
+            .into_iter()
+            .filter(|m| !m.deleting)
+            .collect()
+    };
+
+    // Made, Ready, backed up; then lost with the operator stopped.
+    let operator = start(&ns, &target);
+    apply(&ns.client, &ns.name, &(target.vm)(ALONE))
+        .await
+        .expect("VM");
+    let started = Instant::now();
+    let machine = loop {
+        let vm: Option<VirtualMachine> = ns.api().get_opt(ALONE).await.expect("get VM");
+        if let Some(m) = machines.get_opt(ALONE).await.expect("get machine")
+            && provider_id(&m).is_some()
+            && vm.as_ref().is_some_and(is_ready)
+        {
+            break m;
+        }
+        assert!(started.elapsed() < target.wait, "never Ready");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let backup = dumped(&serde_json::to_value(vm_api.get(ALONE).await.expect("VM")).unwrap());
+    operator.kill();
+    strip_and_delete(&machines, ALONE).await;
+    strip_and_delete(&vm_api, ALONE).await;
+
+    // A second backend VM made for the same namespace, kind and name.
+    let backend = sim
+        .connect_sim(&Connection {
+            class: ProviderClass::Sim,
+            endpoint: endpoint.clone(),
+            credentials: BTreeMap::new(),
+            ca_bundle: None,
+            insecure_skip_tls_verify: false,
+            settings: BTreeMap::from([("latency".into(), SIM_LATENCY.into())]),
+        })
+        .expect("sim");
+    let spec: LibvirtMachineSpec =
+        serde_json::from_value(machine.data["spec"].clone()).expect("LibvirtMachine spec");
+    let twin = MachineRequest {
+        identity: MachineIdentity::new("0d0d0d0d-0000-4000-8000-000000000002", &ns.name, ALONE),
+        spec: MachineSpec::Libvirt(spec),
+        failure_domain: None,
+        bootstrap: None,
+        instance_id: None,
+        disks_imported: false,
+    };
+    while live(&sim).iter().filter(|m| m.created).count() < 2 {
+        backend.ensure(&twin).await.expect("the second VM");
+        assert!(started.elapsed() < target.wait, "the second VM never made");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The simulator names both by the object (one backend ref), so each is named by
+    // its provider ID with it.
+    let both: Vec<(String, String)> = live(&sim)
+        .into_iter()
+        .map(|m| (m.backend_ref, m.provider_id))
+        .collect();
+    assert_eq!(both.len(), 2, "{both:?}");
+    let created = sim.stats(&endpoint).machines_created;
+
+    // The VM alone comes back (its machine is rebuilt, no providerID).
+    assert_eq!(restore(&ns, &backup).await, "created");
+    let operator = start(&ns, &target);
+    let waiting = loop {
+        if let Some(m) = machines.get_opt(ALONE).await.expect("get machine")
+            && let Some((status, reason, message)) = machine_ready(&m)
+            && reason == "RestorePending"
+        {
+            assert_eq!(status, "False");
+            break message;
+        }
+        assert!(
+            started.elapsed() < target.wait * 2,
+            "never RestorePending; backend {:?}",
+            (target.count)()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    eprintln!("RestorePending: {waiting}");
+    for (backend_ref, provider_id) in &both {
+        assert!(
+            waiting.contains(&format!("{backend_ref} ({provider_id}")),
+            "names {backend_ref} ({provider_id}): {waiting}"
+        );
+    }
+    // A few more rounds: nothing created, nothing adopted.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let machine = machines.get(ALONE).await.expect("machine");
+    assert_eq!(provider_id(&machine), None, "adopted one of two");
+    assert_eq!(
+        machine_ready(&machine)
+            .map(|(_, reason, _)| reason)
+            .as_deref(),
+        Some("RestorePending")
+    );
+    assert_eq!(
+        sim.stats(&endpoint).machines_created,
+        created,
+        "created one"
+    );
+    assert_eq!(live(&sim).len(), 2);
+    let vm: VirtualMachine = ns.api().get(ALONE).await.expect("VM");
+    let condition = |kind: &str| {
+        vm.status
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, kind))
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    let (ready, infra) = (condition("Ready"), condition("InfrastructureReady"));
+    eprintln!("the VM: Ready {ready:?}; InfrastructureReady {infra:?}");
+    assert!(
+        ready
+            .as_ref()
+            .is_some_and(|(status, _, _)| status == "False"),
+        "the VM is not Ready: {ready:?}"
+    );
+    assert!(
+        infra
+            .as_ref()
+            .is_some_and(|(status, reason, _)| status == "False" && reason == "RestorePending"),
+        "the VM says what it waits for: {infra:?}"
+    );
+    operator.kill();
 }
