@@ -43,6 +43,7 @@ fn identity() -> MachineIdentity {
 
 fn spec() -> LibvirtMachineSpec {
     LibvirtMachineSpec {
+        change_policy: Default::default(),
         provider_ref: None,
         provider_id: None,
         power_state: Default::default(),

@@ -140,6 +140,26 @@ impl ChangeRule {
     }
 }
 
+/// What banlieue does with a change that waits for a power cycle (`NextBoot` or
+/// `PowerOff` on the backend).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ChangePolicy {
+    /// The machine keeps running as it is and says what waits (`RestartRequired=True`)
+    /// until its owner power-cycles it (`powerState: PoweredOff`, then `PoweredOn`).
+    #[default]
+    Wait,
+    /// banlieue powers the machine off (the backend's graceful shutdown where it has
+    /// one), applies every change that waited while it is off, and powers it on again.
+    Restart,
+}
+
+impl ChangePolicy {
+    /// Whether it is the default, [`ChangePolicy::Wait`] (then it is not serialized).
+    pub fn is_wait(&self) -> bool {
+        *self == Self::Wait
+    }
+}
+
 /// One additional disk's size, by name.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
 #[serde(rename_all = "camelCase")]

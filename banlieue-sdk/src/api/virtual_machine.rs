@@ -70,6 +70,16 @@ pub struct VirtualMachineSpec {
     /// `PoweredOn` (default), `PoweredOff`, or `Suspended` where the backend supports it.
     #[serde(default)]
     pub power_state: PowerState,
+    /// What banlieue does with a change of the VM (a new class, a grown disk, another
+    /// network) that its backend applies only at the next boot or while powered off:
+    /// `Wait` (default: the VM runs on as it is and says so, `RestartRequired=True`,
+    /// until its owner power-cycles it) or `Restart` (banlieue powers it off, applies the
+    /// change and powers it on again). Changes the backend applies live never restart it.
+    #[serde(
+        default,
+        skip_serializing_if = "super::resources::ChangePolicy::is_wait"
+    )]
+    pub change_policy: super::resources::ChangePolicy,
     /// Bootstrap data for the guest (cloud-init or Ignition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap: Option<Bootstrap>,

@@ -9,7 +9,9 @@ use crate::api::infra::{
     MachineAddress, cloud_hypervisor::CloudHypervisorMachineSpec, libvirt::LibvirtMachineSpec,
     proxmox::ProxmoxMachineSpec, vsphere::VSphereMachineSpec,
 };
-pub use crate::api::resources::{ChangeMode, ChangeRule, DiskSize, MachineField, MachineResources};
+pub use crate::api::resources::{
+    ChangeMode, ChangePolicy, ChangeRule, DiskSize, MachineField, MachineResources,
+};
 use crate::api::vm_image::ImageSources;
 
 use super::{BackendError, SecretValue};
@@ -292,6 +294,30 @@ impl MachineSpec {
                 memory_mib: s.memory_mib,
                 ..Default::default()
             },
+        }
+    }
+
+    /// What is done with a change that waits for a power cycle (a kind declared out of
+    /// tree: [`ChangePolicy::Wait`]).
+    pub fn change_policy(&self) -> ChangePolicy {
+        match self {
+            Self::VSphere(s) => s.change_policy,
+            Self::Proxmox(s) => s.change_policy,
+            Self::Libvirt(s) => s.change_policy,
+            Self::CloudHypervisor(s) => s.change_policy,
+            Self::Custom(_) => ChangePolicy::Wait,
+        }
+    }
+
+    /// Sets the power state asked: how the controller powers a machine off to apply
+    /// a change (`changePolicy: Restart`) without editing its object.
+    pub fn set_power_state(&mut self, power: PowerState) {
+        match self {
+            Self::VSphere(s) => s.power_state = power,
+            Self::Proxmox(s) => s.power_state = power,
+            Self::Libvirt(s) => s.power_state = power,
+            Self::CloudHypervisor(s) => s.power_state = power,
+            Self::Custom(s) => s.power_state = power,
         }
     }
 

@@ -143,6 +143,8 @@ pub struct Parts<'a> {
     pub provider_ref: Option<LocalObjectReference>,
     /// The VM's desired power state.
     pub power_state: PowerState,
+    /// The VM's change policy.
+    pub change_policy: crate::api::resources::ChangePolicy,
     /// The bootstrap data reference, when the VM has bootstrap data.
     pub bootstrap: Option<BootstrapDataRef>,
     /// The class's OS disk size.
@@ -187,6 +189,7 @@ pub fn parts<'a>(input: &'a Input<'a>) -> Result<Parts<'a>, BuildError> {
         metadata,
         provider_ref: Some(PlacementRecord::of(input.target).provider_ref()),
         power_state: input.vm.spec.power_state,
+        change_policy: input.vm.spec.change_policy,
         bootstrap,
         disk_gib: Some(input.class.disk.size_gib),
         targets,

@@ -74,6 +74,7 @@ fn vm() -> VirtualMachine {
     let mut vm = VirtualMachine::new(
         "web-1",
         VirtualMachineSpec {
+            change_policy: Default::default(),
             class_ref: LocalObjectReference::new("small"),
             image_ref: LocalObjectReference::new("ubuntu"),
             placement: Default::default(),

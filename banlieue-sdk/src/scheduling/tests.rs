@@ -137,6 +137,7 @@ fn vm(name: &str, placement: Placement) -> VirtualMachine {
     let mut vm = VirtualMachine::new(
         name,
         VirtualMachineSpec {
+            change_policy: Default::default(),
             class_ref: LocalObjectReference::new("c"),
             image_ref: LocalObjectReference::new("img"),
             placement,

@@ -327,6 +327,136 @@ async fn next_boot_changes_wait_for_the_boot_and_never_changes_are_refused() {
     .await;
 }
 
+/// With `changePolicy: Restart`, a change that waits for a power-off is applied by
+/// banlieue itself: it powers the machine off, applies, powers it on, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_policy_power_cycles_the_machine_to_apply_what_waits() {
+    let (ns, operator, endpoint) = world("change-restart").await;
+    let machines: Api<LibvirtMachine> = ns.api();
+    let restarting = |memory: u64| {
+        banlieue_integration_tests::with(
+            machine("m", 2, memory, "efi", 1, "PoweredOn"),
+            "/spec/changePolicy",
+            json!("Restart"),
+        )
+    };
+    apply(&ns.client, &ns.name, &restarting(2048))
+        .await
+        .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        m.is_ready() && is(m, "UpToDate", "True", "UpToDate")
+    })
+    .await;
+    let uid = m.uid().unwrap();
+
+    apply(&ns.client, &ns.name, &restarting(1024))
+        .await
+        .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        m.is_ready()
+            && is(m, "UpToDate", "True", "UpToDate")
+            && is(m, "RestartRequired", "False", "NoRestartPending")
+    })
+    .await;
+    let on_sim = operator.sim.machine(&endpoint, &uid).unwrap();
+    assert_eq!(on_sim.memory_mib, 1024, "applied");
+    assert_eq!(
+        on_sim.power_state,
+        Some(banlieue_sdk::api::common::PowerState::PoweredOn),
+        "and running again"
+    );
+    assert_eq!(
+        m.status.as_ref().unwrap().power_state,
+        Some(banlieue_sdk::api::common::PowerState::PoweredOn)
+    );
+    let calls: Vec<_> = operator.sim.machines(&endpoint);
+    assert_eq!(calls.len(), 1, "the same machine");
+    let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
+    let said = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("RestartingToApplyChanges"))
+        .filter_map(|e| e.note)
+        .collect::<Vec<_>>();
+    assert!(
+        said.iter().any(|n| n.contains("memoryMiB 2048 → 1024")),
+        "an Event says why it was restarted: {said:?}"
+    );
+}
+
+/// A change the backend fails to apply (here: every `apply_changes` of the simulator
+/// fails, as an unreachable backend would) is reported, retried with backoff, and
+/// loses nothing; once the backend answers again it is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_the_backend_fails_to_apply_is_reported_and_retried() {
+    let (ns, operator, endpoint) = world("change-fails").await;
+    let machines: Api<LibvirtMachine> = ns.api();
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 1, 512, "efi", 1, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        m.is_ready() && is(m, "UpToDate", "True", "UpToDate")
+    })
+    .await;
+    let uid = m.uid().unwrap();
+    let failing = json!({"latency": "100ms", "failureRate": "1", "failureCalls": "applyChanges"});
+    apply(
+        &ns.client,
+        &ns.name,
+        &sim_provider("sim", &endpoint, failing),
+    )
+    .await
+    .unwrap();
+    // The Provider's new settings reach the backend before the change is made.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 2, 512, "efi", 1, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        is(m, "UpToDate", "False", "ChangeFailed")
+    })
+    .await;
+    let message = &condition(&m, "UpToDate").unwrap().message;
+    assert!(message.starts_with("SimulatedFault"), "{message}");
+    assert!(m.is_ready(), "it runs on as it was");
+    let on_sim = operator.sim.machine(&endpoint, &uid).unwrap();
+    assert_eq!(on_sim.cpus, 1, "nothing applied");
+    assert_eq!(
+        operator.sim.machines(&endpoint).len(),
+        1,
+        "nothing lost or doubled"
+    );
+    // Retried with backoff, not in a hot loop: a handful of attempts in 10 s.
+    let before = operator.sim.stats(&endpoint).apply_changes;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let attempts = operator.sim.stats(&endpoint).apply_changes - before;
+    assert!((1..=12).contains(&attempts), "{attempts} attempts in 10 s");
+
+    apply(
+        &ns.client,
+        &ns.name,
+        &sim_provider("sim", &endpoint, json!({"latency": "100ms"})),
+    )
+    .await
+    .unwrap();
+    wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        is(m, "UpToDate", "True", "UpToDate")
+    })
+    .await;
+    assert_eq!(operator.sim.machine(&endpoint, &uid).unwrap().cpus, 2);
+}
+
 /// A VirtualMachine whose class changes is resized in place (the same machine), and
 /// mirrors what its infra machine says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

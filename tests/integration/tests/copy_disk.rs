@@ -1042,19 +1042,11 @@ async fn a_copy_to_an_unreachable_provider_waits_for_it_and_loses_nothing() {
 }
 
 /// F9 as it happens in an outage: the source's vCenter stops answering (vcsim
-/// stopped with SIGSTOP), its Provider goes `Ready=False Unreachable`, and a CopyDisk
-/// move off it is asked for. It should say `ProviderUnreachable` and stop nothing.
-///
-/// Ignored because it fails today: the backend cache still holds the source's
-/// backend (backends connect lazily, so only a connection that no longer *resolves*
-/// — a credentials Secret gone — makes `for_provider` fail), the disk-transfer check
-/// passes, and the move goes straight to `StoppingSource` (the source machine is
-/// patched `PoweredOff` within a second); once vcsim answers again the move completes
-/// with one VM, so nothing is lost, but the source was asked to stop while its
-/// Provider was unreachable. Run it with `--ignored` once `transfer` also heeds the
-/// Providers' Ready conditions.
+/// stopped with SIGSTOP), its Provider goes `Reachable=False`, and a CopyDisk move off
+/// it is asked for. It says `ProviderUnreachable` and stops nothing: the backend cache
+/// still holds the source's backend (backends connect lazily), so the planning heeds
+/// the Provider's last check, not only whether its connection resolves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "F9 gap: a network outage of the source is not seen by the CopyDisk planning (see the doc comment)"]
 async fn a_copy_from_a_provider_that_stopped_answering_says_unreachable_and_stops_nothing() {
     let Some(World {
         rigs,

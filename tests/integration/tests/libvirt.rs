@@ -376,6 +376,7 @@ fn request(uid: &str, name: &str, pool: &str, image: &str) -> MachineRequest {
             provider_id: None,
         },
         spec: MachineSpec::Libvirt(LibvirtMachineSpec {
+            change_policy: Default::default(),
             provider_ref: None,
             provider_id: None,
             power_state: PowerState::PoweredOff,

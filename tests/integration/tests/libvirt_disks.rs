@@ -61,6 +61,7 @@ fn request(uid: &str, name: &str, power: PowerState, with_data: bool) -> Machine
     MachineRequest {
         identity: MachineIdentity::new(uid, "direct", name),
         spec: MachineSpec::Libvirt(LibvirtMachineSpec {
+            change_policy: Default::default(),
             provider_ref: None,
             provider_id: None,
             power_state: power,

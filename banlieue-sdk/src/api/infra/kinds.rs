@@ -55,6 +55,11 @@ macro_rules! infra_machine {
             /// Desired power state (CAPI machines are always `PoweredOn`).
             #[serde(default)]
             pub power_state: crate::api::common::PowerState,
+            /// What banlieue does with a change that waits for a power cycle: `Wait`
+            /// (default; the machine runs on and reports `RestartRequired=True`) or
+            /// `Restart` (banlieue powers it off, applies the change, powers it on).
+            #[serde(default, skip_serializing_if = "crate::api::resources::ChangePolicy::is_wait")]
+            pub change_policy: crate::api::resources::ChangePolicy,
             #[doc = $bootstrap_doc]
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub bootstrap: Option<crate::api::infra::BootstrapDataRef>,

@@ -32,6 +32,7 @@ impl MachineKind for CloudHypervisorMachine {
                     })
                     .collect(),
                 power_state: parts.power_state,
+                change_policy: parts.change_policy,
                 bootstrap: parts.bootstrap.clone(),
             },
             status: None,

@@ -42,6 +42,7 @@ impl MachineKind for LibvirtMachine {
                     })
                     .collect(),
                 power_state: parts.power_state,
+                change_policy: parts.change_policy,
                 bootstrap: parts.bootstrap.clone(),
             },
             status: None,

@@ -58,6 +58,7 @@ impl MachineKind for ProxmoxMachine {
                     })
                     .collect(),
                 power_state: parts.power_state,
+                change_policy: parts.change_policy,
                 bootstrap: parts.bootstrap.clone(),
             },
             status: None,

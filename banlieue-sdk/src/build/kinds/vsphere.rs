@@ -38,6 +38,7 @@ impl MachineKind for VSphereMachine {
                     })
                     .collect(),
                 power_state: parts.power_state,
+                change_policy: parts.change_policy,
                 bootstrap: parts.bootstrap.clone(),
             },
             status: None,

@@ -44,7 +44,7 @@ use super::status_write;
 use super::watch;
 use super::{MACHINE_FINALIZER, ORPHAN_BACKEND_ANNOTATION};
 use crate::api::Provider;
-use crate::api::common::BootstrapFormat;
+use crate::api::common::{BootstrapFormat, PowerState};
 use crate::backend::{
     BackendError, BootstrapData, Deletion, MachineIdentity, MachineRequest, SecretValue,
 };
@@ -354,7 +354,7 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         )
         .await;
     }
-    let request = MachineRequest {
+    let mut request = MachineRequest {
         identity,
         spec,
         failure_domain: match &placement {
@@ -365,6 +365,31 @@ async fn apply<K: Machine>(machine: &K, ctx: &Context) -> Result<Action, Error> 
         instance_id: machine.annotations().get(INSTANCE_ID_ANNOTATION).cloned(),
         disks_imported: machine.annotations().contains_key(COPIED_FROM_ANNOTATION),
     };
+    let recorded = machine.machine_status();
+    let change_failed = recorded.is_some_and(|s| {
+        crate::conditions::get(&s.conditions, crate::conditions::types::UP_TO_DATE)
+            .is_some_and(|c| c.reason == crate::status::machine::CHANGE_FAILED)
+    });
+    if let Some(changes) = plan::restart_to_apply(
+        request.spec.change_policy(),
+        request.spec.power_state(),
+        recorded.and_then(|s| s.resources.as_ref()),
+        change_failed,
+    ) {
+        // Powered off here, not in the object: once off, the changes are applied and
+        // nothing waits, so the next reconcile powers it on as its spec asks.
+        if recorded.and_then(|s| s.power_state) == Some(PowerState::PoweredOn) {
+            ctx.event(
+                machine,
+                EventType::Normal,
+                "RestartingToApplyChanges",
+                "ApplyChanges",
+                format!("changePolicy is Restart: powering the machine off to apply {changes}, then on again"),
+            )
+            .await;
+        }
+        request.spec.set_power_state(PowerState::PoweredOff);
+    }
     let creating = match create_cap::admit_create(machine, ctx, provider, &backend) {
         Ok(creating) => creating,
         Err(stop) => return stopped(machine, ctx, stop).await,

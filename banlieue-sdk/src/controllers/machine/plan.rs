@@ -10,6 +10,7 @@ use kube::ResourceExt;
 
 use crate::api::Provider;
 use crate::api::common::PowerState;
+use crate::api::resources::{ChangeMode, ChangePolicy, ResourcesStatus};
 use crate::backend::{BackendError, MachineObservation};
 
 /// How soon a machine whose VM is not yet as asked is looked at again.
@@ -131,6 +132,30 @@ pub(crate) fn bootstrap_read(
         (false, _) if format_decides() => BootstrapRead::BeforePlacement,
         (false, _) => BootstrapRead::BeforeEnsure,
     }
+}
+
+/// Whether a machine is powered off to apply its changes that wait for a power cycle
+/// (`changePolicy: Restart`), and, if so, those changes for humans. Decided from what
+/// its status recorded (`status.resources.pending`, the `UpToDate` reason): a machine
+/// asked to run, with a change waiting for `NextBoot` or `PowerOff`, whose last attempt
+/// to apply a change did not fail (a failing change must not keep it off). Once it is
+/// off, the changes are applied, nothing waits any more, and it is powered on again.
+pub(crate) fn restart_to_apply(
+    policy: ChangePolicy,
+    desired: PowerState,
+    recorded: Option<&ResourcesStatus>,
+    change_failed: bool,
+) -> Option<String> {
+    if policy != ChangePolicy::Restart || desired != PowerState::PoweredOn || change_failed {
+        return None;
+    }
+    let waiting: Vec<_> = recorded?
+        .pending
+        .iter()
+        .filter(|p| matches!(p.waits_for, ChangeMode::NextBoot | ChangeMode::PowerOff))
+        .cloned()
+        .collect();
+    (!waiting.is_empty()).then(|| crate::changes::describe(&waiting))
 }
 
 /// What follows the backend's answer to `ensure`.

@@ -191,3 +191,59 @@ fn a_made_machine_does_not_ask_whether_the_format_decides_placement() {
         bootstrap_read(true, ready, || panic!("asked, ready {ready}"));
     }
 }
+
+#[test]
+fn only_a_restart_policy_with_a_change_waiting_for_a_power_cycle_powers_off() {
+    use crate::api::resources::{
+        ChangeMode, ChangePolicy, MachineField, PendingChange, ResourcesStatus,
+    };
+    let waiting = |waits_for| ResourcesStatus {
+        pending: vec![PendingChange {
+            field: MachineField::MemoryMib,
+            running: "2048".into(),
+            desired: "1024".into(),
+            waits_for,
+        }],
+        ..Default::default()
+    };
+    let on = PowerState::PoweredOn;
+    let power_off = waiting(ChangeMode::PowerOff);
+    // (policy, desired power, recorded, change failed, powers off)
+    let cases = [
+        (ChangePolicy::Restart, on, Some(&power_off), false, true),
+        (
+            ChangePolicy::Restart,
+            on,
+            Some(&waiting(ChangeMode::NextBoot)),
+            false,
+            true,
+        ),
+        (ChangePolicy::Wait, on, Some(&power_off), false, false),
+        (
+            ChangePolicy::Restart,
+            PowerState::PoweredOff,
+            Some(&power_off),
+            false,
+            false,
+        ),
+        (
+            ChangePolicy::Restart,
+            on,
+            Some(&waiting(ChangeMode::Never)),
+            false,
+            false,
+        ),
+        (ChangePolicy::Restart, on, None, false, false),
+        (ChangePolicy::Restart, on, Some(&power_off), true, false),
+    ];
+    for (policy, desired, recorded, failed, off) in cases {
+        let got = restart_to_apply(policy, desired, recorded, failed);
+        assert_eq!(
+            got.is_some(),
+            off,
+            "{policy:?} {desired:?} {recorded:?} {failed}"
+        );
+    }
+    let said = restart_to_apply(ChangePolicy::Restart, on, Some(&power_off), false).unwrap();
+    assert!(said.contains("memoryMiB 2048 → 1024"), "{said}");
+}

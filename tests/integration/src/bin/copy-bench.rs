@@ -118,6 +118,7 @@ fn libvirt_request(uid: &str, name: &str) -> MachineRequest {
     MachineRequest {
         identity: MachineIdentity::new(uid, "bench", name),
         spec: MachineSpec::Libvirt(LibvirtMachineSpec {
+            change_policy: Default::default(),
             provider_ref: None,
             provider_id: None,
             power_state: PowerState::PoweredOff,

@@ -295,6 +295,14 @@ async fn transfer(
     let Some(from) = source_provider(ctx, namespace, source) else {
         return Transfer::Refused("the source machine's Provider no longer exists".into());
     };
+    // A cached backend connects lazily, so a Provider whose backend stopped answering
+    // still resolves: its last check says so. Nothing is stopped on a side that may not
+    // answer (the source would be asked to power off while it cannot be reached).
+    for provider in [&from, target] {
+        if let Some(down) = not_reachable(provider) {
+            return Transfer::Unreachable(down);
+        }
+    }
     let backends = (
         ctx.backends.for_provider(&ctx.client, &from).await,
         ctx.backends.for_provider(&ctx.client, target).await,
@@ -318,6 +326,23 @@ async fn transfer(
             u.message
         )),
     }
+}
+
+/// Why `provider` is not reachable, when its last check says it is not
+/// (`Reachable=False`).
+fn not_reachable(provider: &Provider) -> Option<String> {
+    let said = provider
+        .status
+        .as_ref()
+        .and_then(|s| crate::conditions::get(&s.conditions, crate::conditions::types::REACHABLE))?;
+    (said.status == "False").then(|| {
+        format!(
+            "Provider {} ({}: {})",
+            provider.name_any(),
+            said.reason,
+            said.message
+        )
+    })
 }
 
 fn cannot(provider: &Provider, backend: &Instrumented, what: &str) -> String {
