@@ -370,12 +370,25 @@ pub fn parse_size(text: &str) -> Option<u64> {
 /// disk (`scsi0`, `diskGiB`), then the additional disks (`scsi1`, ...). Disks never
 /// shrink; a disk PVE has not allocated yet (no `size=`) is left alone.
 pub fn disk_resize(spec: &ProxmoxMachineSpec, current: &Value) -> Option<Form> {
-    let wants = std::iter::once(("scsi0".to_string(), spec.disk_gib)).chain(
-        spec.additional_disks
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("scsi{}", i + 1), Some(d.size_gib))),
-    );
+    disk_resize_where(spec, current, true, true)
+}
+
+/// [`disk_resize`], looking at the boot disk only when `os`, at the additional disks
+/// only when `data`.
+pub fn disk_resize_where(
+    spec: &ProxmoxMachineSpec,
+    current: &Value,
+    os: bool,
+    data: bool,
+) -> Option<Form> {
+    let boot = os.then_some(("scsi0".to_string(), spec.disk_gib));
+    let additional = spec
+        .additional_disks
+        .iter()
+        .enumerate()
+        .filter(|_| data)
+        .map(|(i, d)| (format!("scsi{}", i + 1), Some(d.size_gib)));
+    let wants = boot.into_iter().chain(additional);
     for (key, gib) in wants {
         let Some(gib) = gib else { continue };
         let Some(disk) = current.get(&key).and_then(Value::as_str) else {
