@@ -19,7 +19,7 @@ use banlieue_sdk::backend::BackendError;
 use serde_json::{Map, Value};
 
 use crate::client::Form;
-use crate::config::{disk_resize_where, parse_size, property, push_new_disks};
+use crate::config::{disk_resizes, parse_size, property, push_new_disks};
 
 /// The Proxmox backend's change table (published in
 /// [`crate::capabilities`]); a field not listed is [`ChangeMode::Never`].
@@ -321,14 +321,14 @@ pub fn config_form(
     form
 }
 
-/// The `PUT …/resize` of the first disk `fields` grow (the boot disk for
-/// `osDiskSize`, the additional disks for `dataDiskSize`), given the current config.
-pub fn grow_form(
+/// The `PUT …/resize` of each disk `fields` grow (the boot disk for `osDiskSize`,
+/// the additional disks for `dataDiskSize`), given the current config.
+pub fn grow_forms(
     spec: &ProxmoxMachineSpec,
     current: &Value,
     fields: &[MachineField],
-) -> Option<Form> {
-    disk_resize_where(
+) -> Vec<Form> {
+    disk_resizes(
         spec,
         current,
         fields.contains(&MachineField::OsDiskSize),
@@ -510,19 +510,18 @@ mod tests {
         let current = json!({"scsi0": "local-lvm:vm-1-disk-0,size=4G",
                              "scsi1": "local-lvm:vm-1-disk-1,size=5G"});
         let spec = spec(json!({"diskGiB": 8, "additionalDisks": [{"name": "data", "sizeGiB": 6}]}));
+        let encoded = |fields: &[MachineField]| -> Vec<String> {
+            grow_forms(&spec, &current, fields)
+                .iter()
+                .map(Form::encode)
+                .collect()
+        };
         assert_eq!(
-            grow_form(&spec, &current, &[F::OsDiskSize, F::DataDiskSize])
-                .unwrap()
-                .encode(),
-            "disk=scsi0&size=8G"
+            encoded(&[F::OsDiskSize, F::DataDiskSize]),
+            ["disk=scsi0&size=8G", "disk=scsi1&size=6G"]
         );
-        assert_eq!(
-            grow_form(&spec, &current, &[F::DataDiskSize])
-                .unwrap()
-                .encode(),
-            "disk=scsi1&size=6G"
-        );
-        assert!(grow_form(&spec, &current, &[F::Cpus]).is_none());
+        assert_eq!(encoded(&[F::DataDiskSize]), ["disk=scsi1&size=6G"]);
+        assert!(encoded(&[F::Cpus]).is_empty());
     }
 
     #[test]

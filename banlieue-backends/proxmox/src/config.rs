@@ -370,17 +370,12 @@ pub fn parse_size(text: &str) -> Option<u64> {
 /// disk (`scsi0`, `diskGiB`), then the additional disks (`scsi1`, ...). Disks never
 /// shrink; a disk PVE has not allocated yet (no `size=`) is left alone.
 pub fn disk_resize(spec: &ProxmoxMachineSpec, current: &Value) -> Option<Form> {
-    disk_resize_where(spec, current, true, true)
+    disk_resizes(spec, current, true, true).into_iter().next()
 }
 
-/// [`disk_resize`], looking at the boot disk only when `os`, at the additional disks
-/// only when `data`.
-pub fn disk_resize_where(
-    spec: &ProxmoxMachineSpec,
-    current: &Value,
-    os: bool,
-    data: bool,
-) -> Option<Form> {
+/// Every `PUT …/resize` [`disk_resize`] would make one after the other, looking at the
+/// boot disk only when `os`, at the additional disks only when `data`.
+pub fn disk_resizes(spec: &ProxmoxMachineSpec, current: &Value, os: bool, data: bool) -> Vec<Form> {
     let boot = os.then_some(("scsi0".to_string(), spec.disk_gib));
     let additional = spec
         .additional_disks
@@ -388,8 +383,8 @@ pub fn disk_resize_where(
         .enumerate()
         .filter(|_| data)
         .map(|(i, d)| (format!("scsi{}", i + 1), Some(d.size_gib)));
-    let wants = boot.into_iter().chain(additional);
-    for (key, gib) in wants {
+    let mut out = Vec::new();
+    for (key, gib) in boot.into_iter().chain(additional) {
         let Some(gib) = gib else { continue };
         let Some(disk) = current.get(&key).and_then(Value::as_str) else {
             continue;
@@ -398,10 +393,10 @@ pub fn disk_resize_where(
             continue;
         };
         if u64::from(gib) << 30 > have {
-            return Some(Form::new().set("disk", key).set("size", format!("{gib}G")));
+            out.push(Form::new().set("disk", key).set("size", format!("{gib}G")));
         }
     }
-    None
+    out
 }
 
 /// The MAC of a current `netN` value (`virtio=BC:24:11:..,bridge=..`).

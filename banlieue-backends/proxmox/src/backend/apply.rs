@@ -78,7 +78,7 @@ impl ProxmoxBackend {
         };
         let mut read = pending().await?;
         let form = changes::config_form(spec, &read, fields, power != PowerState::PoweredOff);
-        let grow = changes::grow_form(spec, &read.current, fields);
+        let grows = changes::grow_forms(spec, &read.current, fields);
         if !form.is_empty() {
             self.client
                 .put(&format!("{path}/config"), &form)
@@ -92,7 +92,7 @@ impl ProxmoxBackend {
             power_state: Some(power),
             ..Default::default()
         };
-        if let Some(grow) = &grow {
+        for grow in &grows {
             let data = self
                 .client
                 .put(&format!("{path}/resize"), grow)
@@ -113,7 +113,7 @@ impl ProxmoxBackend {
                 }
             }
         }
-        if !form.is_empty() || grow.is_some() {
+        if !form.is_empty() || !grows.is_empty() {
             read = pending().await?;
         }
         let (resources, next_boot) = changes::read_back(&read, &disk_names(spec));
