@@ -1,7 +1,7 @@
 //! Changes of a VM that exists: its change table ([`change_table`]), what it runs
 //! with and what its next start uses, read back from PVE ([`read_pending`],
 //! [`read_back`]), and the config writes that apply the fields the controller hands
-//! over ([`config_form`], [`grow_form`]).
+//! over ([`config_form`], [`grow_forms`]).
 //!
 //! PVE writes a hardware change of a running VM to its *pending* config
 //! (`GET …/pending`) unless the key is hot-pluggable there, and applies the pending

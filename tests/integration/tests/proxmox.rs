@@ -957,6 +957,47 @@ async fn a_firmware_change_is_refused_and_nothing_is_lost() {
     wait_for(&vms, "fw-1", WAIT, up_to_date).await;
 }
 
+/// A change while PVE refuses writes (lost quorum): the machine says
+/// `UpToDate=False ChangeFailed` naming the field and PVE's reason, stays `Ready`, and
+/// nothing is changed; once quorate again the change is written and waits for the
+/// next boot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_without_quorum_fails_clearly_and_is_written_once_healed() {
+    let Some((ns, _operator, pve)) = world("pve-noquorum", Auth::Token).await else {
+        return;
+    };
+    apply(&ns.client, &ns.name, &vm(&ns, "nq-1")).await.unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    wait_for(&vms, "nq-1", WAIT, |v| is_ready(v) && up_to_date(v)).await;
+    let (vmid, before, _) = on_pve(&pve, "nq-1");
+
+    pve.quorum(false);
+    patch_class(&ns, json!({"memoryMiB": 2048})).await;
+    let failed = wait_for(&vms, "nq-1", WAIT, |v| {
+        said(v, "UpToDate").is_some_and(|(s, r, m)| {
+            s == "False" && r == "ChangeFailed" && m.starts_with("NoQuorum: changing memoryMiB")
+        })
+    })
+    .await;
+    assert!(
+        is_ready(&failed),
+        "still Ready: {:?}",
+        vm_conditions(&failed)
+    );
+    let (same, after, pending) = on_pve(&pve, "nq-1");
+    assert_eq!((same, &after), (vmid, &before), "nothing changed");
+    assert!(pending.as_object().unwrap().is_empty(), "{pending}");
+
+    pve.quorum(true);
+    let waiting = wait_for(&vms, "nq-1", WAIT, |v| {
+        said(v, "RestartRequired")
+            .is_some_and(|(s, _, m)| s == "True" && m.contains("memoryMiB 1024 → 2048"))
+    })
+    .await;
+    assert!(is_ready(&waiting));
+    assert_eq!(on_pve(&pve, "nq-1").2["memory"], "2048");
+}
+
 /// What `apply_changes` costs in PVE requests, row by row, on the backend alone:
 /// `ensure` no longer writes a spec change; CPUs, memory (a shrink too) and an added
 /// disk are one `PUT …/config` (pending while it runs); disks grow with
@@ -1072,7 +1113,15 @@ async fn apply_changes_writes_each_row_once_and_reads_it_back() {
         .apply_changes(&smaller, &[MachineField::MemoryMib])
         .await
         .unwrap();
+    let (calls, _) = pve.requests(mark);
+    eprintln!(
+        "apply_changes (memory, NextBoot), {} PVE requests: {calls:?}",
+        calls.len()
+    );
+    // Find it, its power, its config and pending config, the write, the read-back,
+    // its addresses: one write, at most six requests.
     assert_eq!(writes(&pve, mark).len(), 1);
+    assert!(calls.len() <= 6, "{calls:?}");
     assert_eq!(after.next_boot.unwrap().memory_mib, 768);
     assert_eq!(on_pve(&pve, "m-0d9a5c3e").2["memory"], "768");
 
