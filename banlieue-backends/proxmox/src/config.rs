@@ -370,13 +370,21 @@ pub fn parse_size(text: &str) -> Option<u64> {
 /// disk (`scsi0`, `diskGiB`), then the additional disks (`scsi1`, ...). Disks never
 /// shrink; a disk PVE has not allocated yet (no `size=`) is left alone.
 pub fn disk_resize(spec: &ProxmoxMachineSpec, current: &Value) -> Option<Form> {
-    let wants = std::iter::once(("scsi0".to_string(), spec.disk_gib)).chain(
-        spec.additional_disks
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("scsi{}", i + 1), Some(d.size_gib))),
-    );
-    for (key, gib) in wants {
+    disk_resizes(spec, current, true, true).into_iter().next()
+}
+
+/// Every `PUT …/resize` [`disk_resize`] would make one after the other, looking at the
+/// boot disk only when `os`, at the additional disks only when `data`.
+pub fn disk_resizes(spec: &ProxmoxMachineSpec, current: &Value, os: bool, data: bool) -> Vec<Form> {
+    let boot = os.then_some(("scsi0".to_string(), spec.disk_gib));
+    let additional = spec
+        .additional_disks
+        .iter()
+        .enumerate()
+        .filter(|_| data)
+        .map(|(i, d)| (format!("scsi{}", i + 1), Some(d.size_gib)));
+    let mut out = Vec::new();
+    for (key, gib) in boot.into_iter().chain(additional) {
         let Some(gib) = gib else { continue };
         let Some(disk) = current.get(&key).and_then(Value::as_str) else {
             continue;
@@ -385,10 +393,10 @@ pub fn disk_resize(spec: &ProxmoxMachineSpec, current: &Value) -> Option<Form> {
             continue;
         };
         if u64::from(gib) << 30 > have {
-            return Some(Form::new().set("disk", key).set("size", format!("{gib}G")));
+            out.push(Form::new().set("disk", key).set("size", format!("{gib}G")));
         }
     }
-    None
+    out
 }
 
 /// The MAC of a current `netN` value (`virtio=BC:24:11:..,bridge=..`).

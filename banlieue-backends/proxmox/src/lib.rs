@@ -58,13 +58,18 @@
 //!    Bootstrap data never appears in logs, errors or `Debug` output. The token or
 //!    user needs `Datastore.AllocateTemplate` on that storage (PVE's upload check)
 //!    and `Datastore.Allocate` there to delete the seed.
-//! 3. **Spec changes** of a configured VM ([`drift`]): sockets, cores, memory and
-//!    added disks are written with `PUT …/config`, grown disks (boot or additional)
-//!    with `PUT …/resize`; disks never shrink. On a running VM PVE keeps what it
-//!    cannot hot-plug as pending (`GET …/pending`) until the next start: the machine
-//!    then reports the pending operation `RestartPending` (so `Ready=False`, reason
-//!    `RestartPending`) instead of claiming its spec; banlieue never restarts a VM on
-//!    its own. A power cycle (`PoweredOff`, then `PoweredOn`) applies it.
+//! 3. **Spec changes** of a configured VM ([`changes`]) are not applied by `ensure`:
+//!    the controller assesses them from the change table ([`changes::change_table`])
+//!    and hands the fields that apply now to `apply_changes`. CPUs (sockets, cores),
+//!    memory and added disks are written with one `PUT …/config`; on a running VM PVE
+//!    keeps them pending (`GET …/pending`) until its next start, and the machine
+//!    reports `RestartRequired=True` naming them (it stays `Ready`); banlieue never
+//!    restarts a VM on its own: a power cycle (`PoweredOff`, then `PoweredOn`) applies
+//!    them. A grown disk (boot or additional) is grown live with `PUT …/resize`.
+//!    Disks never shrink and are never removed; NICs and firmware do not change after
+//!    the first configuration (`UpToDate=False ChangeRefused`). Every observation of
+//!    a configured VM reads back what it runs with (`GET …/pending`: its current
+//!    config, and the config its next start uses when that differs).
 //! 4. **Power**: `status/start`, `status/shutdown` (with `shutdownTimeout` and
 //!    `forceStop`), `status/resume` (`status/suspend` is there, but `Suspended` is
 //!    not declared in [`capabilities`] until a test exercises it: refused before asking).
@@ -120,14 +125,16 @@
 //!   says so); only templates are cloned. PVE's `import-from` would do it, but
 //!   fakepve, the test target, cannot import, so it is left until it can be tested.
 //! - CAPI IPAM pool addresses (`ipam.mode: pool` gets DHCP until claimed).
-//! - Shrinking disks, removing disks, changing NICs after the first configuration.
+//! - Shrinking disks, removing disks, changing NICs or firmware after the first
+//!   configuration; CPU and memory hotplug (`hotplug`, `vcpus`): CPUs and memory wait
+//!   for a power cycle.
 //! - Ignition bootstrap data.
 #![warn(missing_docs)]
 
 mod backend;
+pub mod changes;
 pub mod client;
 pub mod config;
-pub mod drift;
 pub mod inventory;
 pub mod seed;
 pub mod settings;
@@ -137,7 +144,7 @@ pub mod vmid;
 use banlieue_sdk::api::common::ProviderClass;
 use banlieue_sdk::backend::{BackendCapabilities, ImageSourceKind};
 
-pub use backend::{IMAGE_SOURCE_UNSUPPORTED, ProxmoxBackend, ProxmoxFactory, RESTART_PENDING};
+pub use backend::{IMAGE_SOURCE_UNSUPPORTED, ProxmoxBackend, ProxmoxFactory};
 
 /// The `Provider.spec.class` this backend serves.
 pub const CLASS: ProviderClass = ProviderClass::Proxmox;
@@ -147,11 +154,13 @@ pub const CLASS: ProviderClass = ProviderClass::Proxmox;
 /// SeaBIOS, OVMF, and OVMF with Secure Boot (an `efidisk0` with Microsoft's keys
 /// pre-enrolled); cloud-config on a NoCloud seed (no Ignition); powered on or off
 /// (suspend is not exercised by a test, so it is refused); images from template VMIDs
-/// (volume imports are not supported yet); no disk transfer.
+/// (volume imports are not supported yet); no disk transfer; the change table of
+/// [`changes::change_table`] (CPUs and memory at the next boot, disks grown live,
+/// added disks at the next boot).
 pub fn capabilities() -> BackendCapabilities {
     use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
     BackendCapabilities {
-        changes: vec![],
+        changes: changes::change_table(),
         firmware: vec![F::Bios, F::Efi, F::EfiSecure],
         bootstrap_formats: vec![B::CloudConfig],
         power_states: vec![P::PoweredOn, P::PoweredOff],

@@ -11,9 +11,10 @@ use banlieue_backend_sim::SimFactory;
 use banlieue_integration_tests::apply;
 use banlieue_integration_tests::fakepve::FakePve;
 use banlieue_integration_tests::operator::{Operator, wait_for, wait_gone};
-use banlieue_sdk::api::common::{PowerState, ProviderClass};
+use banlieue_sdk::api::common::{Firmware, PowerState, ProviderClass};
 use banlieue_sdk::api::infra::proxmox::ProxmoxMachine;
-use banlieue_sdk::api::{Provider, VirtualMachine};
+use banlieue_sdk::api::resources::{ChangeMode, MachineField, ResourcesStatus};
+use banlieue_sdk::api::{Provider, VMClass, VirtualMachine};
 use banlieue_sdk::backend::{
     BackendFactory, BackendRegistry, Connection, MachineIdentity, MachineRequest, MachineSpec,
     SecretValue,
@@ -631,69 +632,550 @@ fn with_spec(mut req: MachineRequest, patch: Value) -> MachineRequest {
     req
 }
 
-/// CPUs, memory, an added disk and a grown disk of a configured, running VM are
-/// written to PVE; what PVE keeps pending until a restart is reported as
-/// `RestartPending` (not Ready), and a power cycle applies it.
+fn resources_of(vm: &VirtualMachine) -> ResourcesStatus {
+    vm.status
+        .as_ref()
+        .and_then(|s| s.resources.clone())
+        .unwrap_or_default()
+}
+
+/// The status and reason of a VM's condition `type_`.
+fn said(vm: &VirtualMachine, type_: &str) -> Option<(String, String, String)> {
+    condition(vm_conditions(vm), type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn up_to_date(vm: &VirtualMachine) -> bool {
+    said(vm, "UpToDate").is_some_and(|(s, _, _)| s == "True")
+}
+
+async fn patch_class(ns: &TestNamespace, spec: Value) {
+    let classes: Api<VMClass> = Api::all(ns.client.clone());
+    classes
+        .patch(
+            &format!("{}-small", ns.name),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": spec })),
+        )
+        .await
+        .unwrap();
+}
+
+/// The requests that wrote something, as `METHOD path`, from index `since`.
+fn writes(pve: &FakePve, since: usize) -> Vec<String> {
+    pve.requests(since)
+        .0
+        .into_iter()
+        .filter(|(m, _)| m != "GET")
+        .map(|(m, p)| format!("{m} {}", p.split("/api2/json").last().unwrap_or_default()))
+        .collect()
+}
+
+/// The VM on fakepve named `name`: (its vmid, config, pending config).
+fn on_pve(pve: &FakePve, name: &str) -> (u64, Value, Value) {
+    let vm = machine_of(pve, name).expect("the VM on fakepve");
+    (
+        vm["vmid"].as_u64().unwrap(),
+        vm["config"].clone(),
+        vm["pending"].clone(),
+    )
+}
+
+/// A CPU and memory edit of a running VM (its class) and a data disk added to it:
+/// PVE keeps them pending. The VM stays `Ready`, says `RestartRequired=True` naming
+/// each field, lists each in `status.resources.pending` waiting for `NextBoot`, and
+/// fakepve's pending config has the values, written once. A power cycle (spec
+/// `powerState` PoweredOff, then PoweredOn) applies them: fakepve's config has them
+/// and the VM is `UpToDate`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spec_changes_after_configure_are_applied_and_a_pending_restart_is_reported() {
+async fn a_cpu_memory_and_disk_edit_waits_for_a_power_cycle_which_applies_it() {
+    let Some((ns, _operator, pve)) = world("pve-change", Auth::Token).await else {
+        return;
+    };
+    apply(&ns.client, &ns.name, &vm(&ns, "chg-1"))
+        .await
+        .unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    let ready = wait_for(&vms, "chg-1", WAIT, |v| is_ready(v) && up_to_date(v)).await;
+    let running = resources_of(&ready).running.expect("resources read back");
+    assert_eq!(
+        (running.cpus, running.cores_per_socket, running.memory_mib),
+        (2, Some(2), 1024)
+    );
+    assert_eq!((running.os_disk_gib, running.networks), (Some(8), 1));
+    assert_eq!(running.firmware, Some(Firmware::Bios));
+    assert_eq!(
+        said(&ready, "RestartRequired").map(|c| c.0).as_deref(),
+        Some("False")
+    );
+    let (vmid, _, _) = on_pve(&pve, "chg-1");
+
+    let (_, mark) = pve.requests(0);
+    patch_class(&ns, json!({"cpus": 4, "memoryMiB": 2048})).await;
+    vms.patch(
+        "chg-1",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"disks": [{"name": "extra", "sizeGiB": 1}]}})),
+    )
+    .await
+    .unwrap();
+    let waiting = wait_for(&vms, "chg-1", WAIT, |v| {
+        said(v, "RestartRequired").is_some_and(|(s, _, m)| {
+            s == "True"
+                && m.contains("cpus 2 → 4")
+                && m.contains("memoryMiB")
+                && m.contains("dataDisks")
+        })
+    })
+    .await;
+    let (_, reason, message) = said(&waiting, "UpToDate").unwrap();
+    assert_eq!(reason, "RestartRequired", "{message}");
+    assert!(
+        is_ready(&waiting),
+        "still Ready: {:?}",
+        vm_conditions(&waiting)
+    );
+    let pending: Vec<(MachineField, ChangeMode)> = resources_of(&waiting)
+        .pending
+        .iter()
+        .map(|p| (p.field, p.waits_for))
+        .collect();
+    assert_eq!(
+        pending,
+        [
+            (MachineField::Cpus, ChangeMode::NextBoot),
+            (MachineField::CoresPerSocket, ChangeMode::NextBoot),
+            (MachineField::MemoryMib, ChangeMode::NextBoot),
+            (MachineField::DataDisks, ChangeMode::NextBoot),
+        ]
+    );
+    let running = resources_of(&waiting).running.unwrap();
+    assert_eq!(
+        (running.cpus, running.memory_mib),
+        (2, 1024),
+        "runs as before"
+    );
+    let (_, config, pending) = on_pve(&pve, "chg-1");
+    assert_eq!(
+        (pending["cores"].as_str(), pending["memory"].as_str()),
+        (Some("4"), Some("2048")),
+        "{pending}"
+    );
+    assert!(
+        pending["scsi1"]
+            .as_str()
+            .is_some_and(|d| d.contains("size=1G")),
+        "the added disk is allocated and pending: {pending}"
+    );
+    assert_eq!(
+        (config["cores"].as_str(), config["memory"].as_str()),
+        (Some("2"), Some("1024"))
+    );
+    // Let several reconciles pass: what is pending counts as written.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let wrote = writes(&pve, mark);
+    let configs = wrote
+        .iter()
+        .filter(|w| w.starts_with("PUT") && w.ends_with("/config"))
+        .count();
+    eprintln!("writes for the edit while running: {wrote:?}");
+    assert!(
+        (1..=2).contains(&configs) && wrote.iter().all(|w| w.ends_with("/config")),
+        "one PUT config per edit (class, then disk), nothing else: {wrote:?}"
+    );
+
+    // The power cycle.
+    let (_, mark) = pve.requests(0);
+    set_power(&vms, "chg-1", "PoweredOff").await;
+    wait_for(&vms, "chg-1", WAIT, |v| {
+        v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOff)
+    })
+    .await;
+    set_power(&vms, "chg-1", "PoweredOn").await;
+    let applied = wait_for(&vms, "chg-1", WAIT, |v| {
+        is_ready(v)
+            && up_to_date(v)
+            && v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
+    })
+    .await;
+    eprintln!("writes for the power cycle: {:?}", writes(&pve, mark));
+    let running = resources_of(&applied).running.unwrap();
+    assert_eq!(
+        (running.cpus, running.cores_per_socket, running.memory_mib),
+        (4, Some(4), 2048)
+    );
+    assert_eq!(
+        running
+            .data_disks
+            .iter()
+            .map(|d| (d.name.as_str(), d.size_gib))
+            .collect::<Vec<_>>(),
+        [("extra", 1)]
+    );
+    assert!(resources_of(&applied).pending.is_empty());
+    assert_eq!(
+        said(&applied, "RestartRequired").map(|c| c.0).as_deref(),
+        Some("False")
+    );
+    let (same, config, pending) = on_pve(&pve, "chg-1");
+    assert_eq!(same, vmid, "the same VM");
+    assert_eq!(
+        (config["cores"].as_str(), config["memory"].as_str()),
+        (Some("4"), Some("2048")),
+        "{config}"
+    );
+    assert!(
+        config["scsi1"]
+            .as_str()
+            .is_some_and(|d| d.contains("size=1G")),
+        "{config}"
+    );
+    assert!(pending.as_object().unwrap().is_empty(), "{pending}");
+}
+
+/// Disks grow live: the class's OS disk and the VM's data disk are grown with
+/// `PUT …/resize` on the running VM, read back from fakepve, and the VM is
+/// `UpToDate` without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disks_grow_live_with_resize() {
+    let Some((ns, _operator, pve)) = world("pve-grow", Auth::Token).await else {
+        return;
+    };
+    let mut object = vm(&ns, "grow-1");
+    object["spec"]["disks"] = json!([{"name": "data", "sizeGiB": 2}]);
+    apply(&ns.client, &ns.name, &object).await.unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    let ready = wait_for(&vms, "grow-1", WAIT, |v| is_ready(v) && up_to_date(v)).await;
+    let running = resources_of(&ready).running.unwrap();
+    assert_eq!(running.os_disk_gib, Some(8));
+    assert_eq!(running.data_disks[0].size_gib, 2);
+    let (vmid, _, _) = on_pve(&pve, "grow-1");
+
+    let (_, mark) = pve.requests(0);
+    patch_class(
+        &ns,
+        json!({"disk": {"sizeGiB": 12, "storageClass": "fast"}}),
+    )
+    .await;
+    object["spec"]["disks"] = json!([{"name": "data", "sizeGiB": 4}]);
+    apply(&ns.client, &ns.name, &object).await.unwrap();
+    let grown = wait_for(&vms, "grow-1", WAIT, |v| {
+        let running = resources_of(v).running.unwrap_or_default();
+        up_to_date(v)
+            && running.os_disk_gib == Some(12)
+            && running.data_disks.first().map(|d| d.size_gib) == Some(4)
+    })
+    .await;
+    assert!(is_ready(&grown));
+    assert_eq!(
+        said(&grown, "RestartRequired").map(|c| c.0).as_deref(),
+        Some("False")
+    );
+    let (same, config, pending) = on_pve(&pve, "grow-1");
+    assert_eq!(same, vmid);
+    assert!(
+        config["scsi0"].as_str().unwrap().contains("size=12G"),
+        "{config}"
+    );
+    assert!(
+        config["scsi1"].as_str().unwrap().contains("size=4G"),
+        "{config}"
+    );
+    assert!(
+        pending.as_object().unwrap().is_empty(),
+        "nothing waits: {pending}"
+    );
+    assert_eq!(
+        machine_of(&pve, "grow-1").unwrap()["status"],
+        "running",
+        "never restarted"
+    );
+    let wrote = writes(&pve, mark);
+    eprintln!("writes for the grow: {wrote:?}");
+    let resizes = wrote.iter().filter(|w| w.ends_with("/resize")).count();
+    assert_eq!(resizes, 2, "one resize per disk: {wrote:?}");
+    assert!(
+        wrote.iter().all(|w| w.ends_with("/resize")),
+        "nothing but the resizes: {wrote:?}"
+    );
+}
+
+/// A hostile edit: the class's firmware changes (Never on Proxmox). The machine says
+/// `UpToDate=False ChangeRefused` naming the field; nothing is written to PVE, the VM
+/// keeps running as it was (same VMID, same firmware) and stays `Ready`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_firmware_change_is_refused_and_nothing_is_lost() {
+    let Some((ns, _operator, pve)) = world("pve-never", Auth::Token).await else {
+        return;
+    };
+    apply(&ns.client, &ns.name, &vm(&ns, "fw-1")).await.unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    wait_for(&vms, "fw-1", WAIT, |v| is_ready(v) && up_to_date(v)).await;
+    let (vmid, before, _) = on_pve(&pve, "fw-1");
+
+    let (_, mark) = pve.requests(0);
+    patch_class(&ns, json!({"firmware": "efi"})).await;
+    let machines: Api<ProxmoxMachine> = ns.api();
+    let refused = wait_for(&machines, "fw-1", WAIT, |m| {
+        m.status.as_ref().is_some_and(|s| {
+            conditions::get(&s.conditions, "UpToDate").is_some_and(|c| {
+                c.status == "False"
+                    && c.reason == "ChangeRefused"
+                    && c.message.contains("firmware bios → efi")
+            })
+        })
+    })
+    .await;
+    let pending = &refused
+        .status
+        .as_ref()
+        .unwrap()
+        .resources
+        .as_ref()
+        .unwrap()
+        .pending;
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(
+        (pending[0].field, pending[0].waits_for),
+        (MachineField::Firmware, ChangeMode::Never)
+    );
+    let vm = wait_for(&vms, "fw-1", WAIT, |v| {
+        said(v, "UpToDate").is_some_and(|(_, r, _)| r == "ChangeRefused")
+    })
+    .await;
+    assert!(is_ready(&vm), "still Ready: {:?}", vm_conditions(&vm));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(writes(&pve, mark), Vec::<String>::new(), "nothing written");
+    let (same, after, pending) = on_pve(&pve, "fw-1");
+    assert_eq!(same, vmid, "the same VM");
+    assert_eq!(after, before, "its config is untouched");
+    assert!(pending.as_object().unwrap().is_empty());
+    assert_eq!(machine_of(&pve, "fw-1").unwrap()["status"], "running");
+
+    // Asked back, the machine is up to date again.
+    patch_class(&ns, json!({"firmware": "bios"})).await;
+    wait_for(&vms, "fw-1", WAIT, up_to_date).await;
+}
+
+/// A change while PVE refuses writes (lost quorum): the machine says
+/// `UpToDate=False ChangeFailed` naming the field and PVE's reason, stays `Ready`, and
+/// nothing is changed; once quorate again the change is written and waits for the
+/// next boot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_without_quorum_fails_clearly_and_is_written_once_healed() {
+    let Some((ns, _operator, pve)) = world("pve-noquorum", Auth::Token).await else {
+        return;
+    };
+    apply(&ns.client, &ns.name, &vm(&ns, "nq-1")).await.unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    wait_for(&vms, "nq-1", WAIT, |v| is_ready(v) && up_to_date(v)).await;
+    let (vmid, before, _) = on_pve(&pve, "nq-1");
+
+    pve.quorum(false);
+    patch_class(&ns, json!({"memoryMiB": 2048})).await;
+    let failed = wait_for(&vms, "nq-1", WAIT, |v| {
+        said(v, "UpToDate").is_some_and(|(s, r, m)| {
+            s == "False" && r == "ChangeFailed" && m.starts_with("NoQuorum: changing memoryMiB")
+        })
+    })
+    .await;
+    assert!(
+        is_ready(&failed),
+        "still Ready: {:?}",
+        vm_conditions(&failed)
+    );
+    let (same, after, pending) = on_pve(&pve, "nq-1");
+    assert_eq!((same, &after), (vmid, &before), "nothing changed");
+    assert!(pending.as_object().unwrap().is_empty(), "{pending}");
+
+    pve.quorum(true);
+    let waiting = wait_for(&vms, "nq-1", WAIT, |v| {
+        said(v, "RestartRequired")
+            .is_some_and(|(s, _, m)| s == "True" && m.contains("memoryMiB 1024 → 2048"))
+    })
+    .await;
+    assert!(is_ready(&waiting));
+    assert_eq!(on_pve(&pve, "nq-1").2["memory"], "2048");
+}
+
+/// What `apply_changes` costs in PVE requests, row by row, on the backend alone:
+/// `ensure` no longer writes a spec change; CPUs, memory (a shrink too) and an added
+/// disk are one `PUT …/config` (pending while it runs); disks grow with
+/// `PUT …/resize`; asked again, nothing is written; a stopped VM takes what waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_changes_writes_each_row_once_and_reads_it_back() {
+    use banlieue_sdk::changes::assess;
     let Some(pve) = FakePve::start() else { return };
     let backend = ProxmoxFactory::new().connect(&connection(&pve)).unwrap();
+    let table = backend.capabilities().changes;
     let uid = "0d9a5c3e-1111-4000-8000-000000000001";
     let first = request(uid, pve.ready.template_id);
-    settle(&*backend, &first, |o| o.settled_at(PowerState::PoweredOn)).await;
-    let vm = || machine_of(&pve, "m-0d9a5c3e").expect("the VM");
-    assert_eq!(vm()["config"]["cores"], "1");
+    let seen = settle(&*backend, &first, |o| o.settled_at(PowerState::PoweredOn)).await;
+    let running = seen.resources.clone().expect("resources read back");
+    assert_eq!(
+        (running.cpus, running.memory_mib, running.os_disk_gib),
+        (1, 512, Some(4))
+    );
+    assert!(seen.next_boot.is_none());
 
     let changed = with_spec(
         first.clone(),
         json!({"cores": 2, "memoryMiB": 1024, "diskGiB": 10,
                "additionalDisks": [{"name": "data", "sizeGiB": 5, "storage": "local-lvm"}]}),
     );
-    let observed = settle(&*backend, &changed, |o| {
-        o.pending.is_some()
-            && o.provider_id.is_some()
-            && o.pending.as_ref().unwrap().operation == banlieue_backend_proxmox::RESTART_PENDING
-    })
-    .await;
-    assert_eq!(observed.power_state, Some(PowerState::PoweredOn));
-    let running = vm();
-    // The boot disk grew at once; CPUs, memory and the new disk wait for a restart.
-    assert!(
-        running["config"]["scsi0"]
-            .as_str()
-            .unwrap()
-            .contains("size=10G"),
-        "{running}"
-    );
-    assert_eq!(running["pending"]["cores"], "2", "{running}");
-    assert_eq!(running["pending"]["memory"], "1024", "{running}");
-    assert_eq!(running["pending"]["scsi1"], "local-lvm:5", "{running}");
-    assert_eq!(running["config"]["cores"], "1");
-    // Asking again changes nothing more: the pending values count as written.
+    // `ensure` reads, and writes nothing.
     let (_, mark) = pve.requests(0);
-    let again = backend.ensure(&changed).await.unwrap();
-    assert_eq!(
-        again.pending.map(|p| p.operation).as_deref(),
-        Some(banlieue_backend_proxmox::RESTART_PENDING)
+    let seen = backend.ensure(&changed).await.unwrap();
+    assert!(writes(&pve, mark).is_empty(), "{:?}", writes(&pve, mark));
+    let desired = changed.spec.resources();
+    let a = assess(
+        &desired,
+        seen.resources.as_ref().unwrap(),
+        seen.next_boot.as_ref(),
+        &table,
+        seen.power_state,
     );
-    let (since, _) = pve.requests(mark);
-    assert!(
-        since.iter().all(|(m, _)| m == "GET"),
-        "no writes while only a restart is missing: {since:?}"
+    assert_eq!(
+        a.apply,
+        [
+            MachineField::Cpus,
+            MachineField::CoresPerSocket,
+            MachineField::MemoryMib,
+            MachineField::OsDiskSize,
+            MachineField::DataDisks
+        ]
     );
 
-    // A power cycle applies the pending config; then the machine is settled.
-    let off = with_spec(changed.clone(), json!({"powerState": "PoweredOff"}));
-    settle(&*backend, &off, |o| o.settled_at(PowerState::PoweredOff)).await;
-    let on = settle(&*backend, &changed, |o| o.settled_at(PowerState::PoweredOn)).await;
-    assert!(on.pending.is_none());
-    let applied = vm();
-    assert_eq!(applied["config"]["cores"], "2", "{applied}");
-    assert_eq!(applied["config"]["memory"], "1024");
-    assert_eq!(applied["config"]["scsi1"], "local-lvm:5");
+    let (_, mark) = pve.requests(0);
+    let after = backend.apply_changes(&changed, &a.apply).await.unwrap();
+    let (calls, _) = pve.requests(mark);
+    eprintln!(
+        "apply_changes (CPUs, memory, a disk added, the OS disk grown), {} PVE requests: {calls:?}",
+        calls.len()
+    );
+    assert_eq!(
+        writes(&pve, mark)
+            .iter()
+            .map(|w| w.rsplit('/').next().unwrap().to_string())
+            .collect::<Vec<_>>(),
+        ["config", "resize"]
+    );
+    assert!(after.pending.is_none());
+    let running = after.resources.clone().unwrap();
+    assert_eq!(running.os_disk_gib, Some(10), "grown live");
+    assert_eq!(
+        (running.cpus, running.memory_mib),
+        (1, 512),
+        "the rest waits"
+    );
+    let next = after.next_boot.clone().expect("the next start differs");
+    assert_eq!(
+        (next.cpus, next.memory_mib, next.data_disks.len()),
+        (2, 1024, 1)
+    );
+    let (_, config, pending) = on_pve(&pve, "m-0d9a5c3e");
     assert!(
-        applied["pending"].as_object().unwrap().is_empty(),
-        "{applied}"
+        config["scsi0"].as_str().unwrap().contains("size=10G"),
+        "{config}"
+    );
+    assert_eq!(
+        (pending["cores"].as_str(), pending["memory"].as_str()),
+        (Some("2"), Some("1024"))
+    );
+    let a = assess(&desired, &running, Some(&next), &table, after.power_state);
+    assert!(
+        a.apply.is_empty(),
+        "written: nothing to hand over again: {:?}",
+        a.apply
+    );
+    assert!(a.restart_required());
+
+    // Asked again: idempotent, nothing written.
+    let (_, mark) = pve.requests(0);
+    let fields = [
+        MachineField::Cpus,
+        MachineField::MemoryMib,
+        MachineField::DataDisks,
+        MachineField::OsDiskSize,
+    ];
+    backend.apply_changes(&changed, &fields).await.unwrap();
+    let (calls, _) = pve.requests(mark);
+    eprintln!(
+        "apply_changes with nothing left to write, {} PVE requests: {calls:?}",
+        calls.len()
+    );
+    assert!(writes(&pve, mark).is_empty(), "{:?}", writes(&pve, mark));
+
+    // A memory shrink waits for the next boot too.
+    let smaller = with_spec(changed.clone(), json!({"memoryMiB": 768}));
+    let (_, mark) = pve.requests(0);
+    let after = backend
+        .apply_changes(&smaller, &[MachineField::MemoryMib])
+        .await
+        .unwrap();
+    let (calls, _) = pve.requests(mark);
+    eprintln!(
+        "apply_changes (memory, NextBoot), {} PVE requests: {calls:?}",
+        calls.len()
+    );
+    // Find it, its power, its config and pending config, the write, the read-back,
+    // its addresses: one write, at most six requests.
+    assert_eq!(writes(&pve, mark).len(), 1);
+    assert!(calls.len() <= 6, "{calls:?}");
+    assert_eq!(after.next_boot.unwrap().memory_mib, 768);
+    assert_eq!(on_pve(&pve, "m-0d9a5c3e").2["memory"], "768");
+
+    // Stopped (the power cycle's first half), it takes what waits at once.
+    let off = with_spec(smaller.clone(), json!({"powerState": "PoweredOff"}));
+    let stopped = settle(&*backend, &off, |o| o.settled_at(PowerState::PoweredOff)).await;
+    let desired = off.spec.resources();
+    let a = assess(
+        &desired,
+        stopped.resources.as_ref().unwrap(),
+        stopped.next_boot.as_ref(),
+        &table,
+        stopped.power_state,
+    );
+    let after = backend.apply_changes(&off, &a.apply).await.unwrap();
+    let running = after.resources.unwrap();
+    assert_eq!(
+        (running.cpus, running.memory_mib, running.data_disks.len()),
+        (2, 768, 1),
+        "{:?}",
+        a.apply
+    );
+    assert!(after.next_boot.is_none());
+    let (_, config, pending) = on_pve(&pve, "m-0d9a5c3e");
+    assert!(pending.as_object().unwrap().is_empty(), "{pending}");
+    let disk = config["scsi1"].as_str().unwrap().to_string();
+    assert!(
+        disk.contains("size=5G"),
+        "the pending disk kept its volume: {disk}"
+    );
+
+    // Running again, the data disk grows live.
+    let on = settle(&*backend, &smaller, |o| o.settled_at(PowerState::PoweredOn)).await;
+    assert!(on.next_boot.is_none());
+    let bigger = with_spec(
+        smaller.clone(),
+        json!({"additionalDisks": [{"name": "data", "sizeGiB": 7, "storage": "local-lvm"}]}),
+    );
+    let (_, mark) = pve.requests(0);
+    let after = backend
+        .apply_changes(&bigger, &[MachineField::DataDiskSize])
+        .await
+        .unwrap();
+    let (calls, _) = pve.requests(mark);
+    eprintln!(
+        "apply_changes (a data disk grown), {} PVE requests: {calls:?}",
+        calls.len()
+    );
+    assert_eq!(after.resources.unwrap().data_disks[0].size_gib, 7);
+    assert!(
+        on_pve(&pve, "m-0d9a5c3e").1["scsi1"]
+            .as_str()
+            .unwrap()
+            .contains("size=7G")
     );
 }
 

@@ -35,7 +35,8 @@ Then it reads one JSON command per line on stdin and answers one JSON line on st
     isos                                 the ISO files on each storage: {storage: [name, ...]}
 
 PUT .../qemu/{vmid}/resize grows the drive's size= in the config, as PVE does (fakepve's
-schema-driven answer alone changes nothing). The guest agent answers for every non-template VM with `agent: 1` in its config, with
+schema-driven answer alone changes nothing). A disk written to a VM's config as
+`<storage>:<GiB>` is allocated then, as PVE does (fakepve keeps the text as given). The guest agent answers for every non-template VM with `agent: 1` in its config, with
 one interface whose IPv4 address is 10.99.<vmid / 256>.<vmid % 256>. EOF on stdin
 stops the server.
 """
@@ -84,6 +85,8 @@ def seed(pve):
         'smbios1': 'uuid=00000000-0000-4000-8000-000000009000', 'template': 1})
 
 
+DATA_DRIVE = re.compile(r'^(ide|sata|scsi|virtio)\d+$')
+NEW_VOLUME = re.compile(r'^[^/:\s]+:\d+(\.\d+)?$')
 UNITS = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30, 'T': 1 << 40}
 
 
@@ -187,6 +190,21 @@ class Harness(object):
                     grow_drive(vm, form['disk'], form.get('size', ''))
             return answer
         pve._generic = resizing_generic
+
+        # PVE allocates a disk written as `<storage>:<GiB>` when the config is written
+        # (to the pending config of a running VM, else to the config), so the config
+        # then names a volume with its size=; fakepve keeps the text as given. Allocate
+        # as PVE does, so an added disk reads back with its volume and size.
+        apply_config = pve._apply_config
+
+        async def allocating_apply_config(vm, user, p):
+            p = dict(p)
+            for key, value in list(p.items()):
+                text = str(value)
+                if DATA_DRIVE.match(key) and NEW_VOLUME.match(text.split(',')[0]) and 'media=cdrom' not in text:
+                    p[key], _ = pve._qm_new_drive(vm.vmid, key, text, None)
+            return await apply_config(vm, user, p)
+        pve._apply_config = allocating_apply_config
 
     def request_counts(self):
         # fakepve drops its oldest requests beyond max_requests; the harness raises it

@@ -195,57 +195,17 @@ impl ProxmoxBackend {
                     .map_err(pve)?,
             ),
         };
-        // Spec changes after the first configuration (see `drift`).
-        let pending_config = drift::read_pending(
+        // What it runs with and what its next start uses, from one read: spec changes
+        // are the controller's to hand over (`apply_changes`), never applied here.
+        let read = changes::read_pending(
             &self
                 .client
                 .get(&format!("{path}/pending"), &Form::new())
                 .await
                 .map_err(pve)?,
         );
-        let provider_id =
-            config::smbios_uuid(&pending_config.current).map(|u| format!("proxmox://{u}"));
-        let changes = drift::spec_changes(spec, &pending_config.effective);
-        let resize = config::disk_resize(spec, &pending_config.effective);
-        if !changes.is_empty() || resize.is_some() {
-            if let Some(lock) = &found.lock {
-                return Err(BackendError::transient(
-                    "VMLocked",
-                    format!("VM {} is locked ({lock})", found.vmid),
-                ));
-            }
-            let (kind, data) = if changes.is_empty() {
-                let resize = resize.unwrap_or_default();
-                let data = self
-                    .client
-                    .put(&format!("{path}/resize"), &resize)
-                    .await
-                    .map_err(pve)?;
-                (OpKind::Resize, data)
-            } else {
-                self.client
-                    .put(&format!("{path}/config"), &changes)
-                    .await
-                    .map_err(pve)?;
-                (OpKind::Resize, Value::Null)
-            };
-            info!(uid = %identity.uid, vmid = found.vmid, config = ?changes, "proxmox: applying spec changes");
-            let pending = if data.is_string() {
-                let upid = self.remember(&identity.uid, kind, &data)?;
-                self.pending(&identity.uid, kind, Some(&upid))
-            } else {
-                Pending {
-                    operation: "Reconfiguring".into(),
-                    task: None,
-                    retry_after: Duration::from_millis(100),
-                }
-            };
-            return Ok(MachineObservation {
-                provider_id,
-                power_state: Some(power),
-                ..observation(Some(pending))
-            });
-        }
+        let provider_id = config::smbios_uuid(&read.current).map(|u| format!("proxmox://{u}"));
+        let (resources, next_boot) = changes::read_back(&read, &disk_names(spec));
         let want = spec.power_state;
         let action = match (want, power) {
             (PowerState::PoweredOn, PowerState::PoweredOff) => {
@@ -285,6 +245,8 @@ impl ProxmoxBackend {
             return Ok(MachineObservation {
                 provider_id,
                 power_state: Some(power),
+                resources: Some(resources),
+                next_boot,
                 ..observation(Some(self.pending(&identity.uid, kind, Some(&upid))))
             });
         }
@@ -293,21 +255,16 @@ impl ProxmoxBackend {
         } else {
             Vec::new()
         };
-        // Running on the old config: say so until someone restarts it.
-        let restart = (power != PowerState::PoweredOff && !pending_config.waiting.is_empty())
-            .then(|| {
-                debug!(uid = %identity.uid, keys = ?pending_config.waiting, "proxmox: changes wait for a restart");
-                Pending {
-                    operation: RESTART_PENDING.into(),
-                    task: None,
-                    retry_after: RESTART_PENDING_RECHECK,
-                }
-            });
+        if !read.waiting.is_empty() {
+            debug!(uid = %identity.uid, keys = ?read.waiting, "proxmox: config changes wait for the next start");
+        }
         Ok(MachineObservation {
             provider_id,
             power_state: Some(power),
             addresses,
-            ..observation(restart)
+            resources: Some(resources),
+            next_boot,
+            ..observation(None)
         })
     }
 }

@@ -1,6 +1,7 @@
 //! [`ProxmoxBackend`]: the [`Backend`] implementation, and [`ProxmoxFactory`].
 
 mod addresses;
+mod apply;
 mod clone;
 mod delete;
 mod ensure;
@@ -27,24 +28,17 @@ use banlieue_sdk::backend::{
 use serde_json::Value;
 use tracing::{debug, info};
 
+use crate::changes;
 use crate::client::{Form, PveClient, PveError, encode, is_lock_message};
 use crate::config;
-use crate::drift;
 use crate::inventory;
 use crate::seed;
 use crate::settings::ProxmoxSettings;
 use crate::tasks::{TaskState, Upid, task_state, upid_of};
 use crate::vmid::{MAX_ATTEMPTS, VmidPicker};
 
-/// The pending operation reported while config changes wait for a restart of a
-/// running VM (PVE's pending config).
-pub const RESTART_PENDING: &str = "RestartPending";
-
 /// The reason of an image that names only `sources.proxmox.volume`.
 pub const IMAGE_SOURCE_UNSUPPORTED: &str = "ImageSourceUnsupported";
-
-/// How soon a VM waiting for a restart is looked at again.
-const RESTART_PENDING_RECHECK: Duration = Duration::from_secs(30);
 
 /// How long a round of reconciles gathers before its one `/cluster/resources`: short
 /// beside the task poll interval (2 s), long enough that a burst shares one listing.
@@ -217,6 +211,14 @@ fn spec_of(request: &MachineRequest) -> Result<&ProxmoxMachineSpec, BackendError
     request.spec_as::<ProxmoxMachineSpec>()
 }
 
+/// The spec's additional disks' names, in order: `scsi1`, `scsi2`, ... carry them.
+fn disk_names(spec: &ProxmoxMachineSpec) -> Vec<String> {
+    spec.additional_disks
+        .iter()
+        .map(|d| d.name.clone())
+        .collect()
+}
+
 fn power_of(status: &Value) -> PowerState {
     match (
         status.get("status").and_then(Value::as_str),
@@ -290,6 +292,17 @@ impl Backend for ProxmoxBackend {
 
     async fn ensure(&self, request: &MachineRequest) -> Result<MachineObservation, BackendError> {
         self.ensure_machine(request).await
+    }
+
+    /// Writes CPUs, memory and added disks with one `PUT …/config` (PVE keeps them
+    /// pending on a running VM until its next start), grows a disk with
+    /// `PUT …/resize`, and reads the VM back (see [`crate::changes`]).
+    async fn apply_changes(
+        &self,
+        request: &MachineRequest,
+        fields: &[banlieue_sdk::api::resources::MachineField],
+    ) -> Result<MachineObservation, BackendError> {
+        self.apply_machine_changes(request, fields).await
     }
 
     /// The VMs named after the object whose description says banlieue made them for

@@ -33,6 +33,9 @@ impl ProxmoxBackend {
             .get(&identity.uid)
             .map(|(kind, upid)| self.pending(&identity.uid, kind, Some(&upid)));
         Ok(Some(MachineObservation {
+            // Without the spec the additional disks (`scsi1`, ...) cannot be named, and
+            // a resource list with other names would read as disks added and removed;
+            // `observe` only locates a VM (`ensure` and `apply_changes` read resources).
             next_boot: None,
             resources: None,
             provider_id: config::smbios_uuid(&current).map(|u| format!("proxmox://{u}")),
