@@ -6,7 +6,9 @@
 //! domain again instead of defining another.
 
 use banlieue_sdk::api::common::Firmware;
-use banlieue_sdk::api::infra::libvirt::{LibvirtCpuMode, LibvirtMachineSpec};
+use banlieue_sdk::api::infra::libvirt::{
+    LibvirtCpuMode, LibvirtMachineSpec, LibvirtNetworkInterface,
+};
 use banlieue_sdk::backend::MachineIdentity;
 
 use crate::xml::escape;
@@ -141,6 +143,24 @@ fn volume_disk(out: &mut String, volume: &VolumeRef, format: &str, target: &str,
     ));
 }
 
+/// One `<interface>` element (in the domain XML, and alone for a hot-plug).
+pub fn interface_xml(nic: &LibvirtNetworkInterface, mac: &str) -> String {
+    let source = match (&nic.network, &nic.bridge) {
+        (_, Some(bridge)) => format!(
+            "type='bridge'>\n      <source bridge='{}'/>",
+            escape(bridge)
+        ),
+        (network, None) => format!(
+            "type='network'>\n      <source network='{}'/>",
+            escape(network.as_deref().unwrap_or("default"))
+        ),
+    };
+    format!(
+        "    <interface {source}\n      <mac address='{}'/>\n      <model type='virtio'/>\n    </interface>\n",
+        escape(mac)
+    )
+}
+
 /// The domain XML.
 pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
     let spec = plan.spec;
@@ -166,7 +186,12 @@ pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
         "  <memory unit='MiB'>{}</memory>\n",
         spec.memory_mib
     ));
-    out.push_str(&format!("  <vcpu>{}</vcpu>\n", spec.cpus));
+    // Room to hot-add vCPUs: QEMU is started with `maxCPUs` possible vCPUs, `cpus` of
+    // them plugged.
+    match spec.max_cpus.filter(|max| *max > spec.cpus) {
+        Some(max) => out.push_str(&format!("  <vcpu current='{}'>{max}</vcpu>\n", spec.cpus)),
+        None => out.push_str(&format!("  <vcpu>{}</vcpu>\n", spec.cpus)),
+    }
     let secure = spec.firmware == Firmware::EfiSecure;
     // Secure Boot needs SMM, which only q35 has.
     let machine = plan.machine.or(secure.then_some("q35"));
@@ -216,20 +241,7 @@ pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
         true,
     );
     for (nic, mac) in spec.network.iter().zip(macs(&id.uid, spec)) {
-        let source = match (&nic.network, &nic.bridge) {
-            (_, Some(bridge)) => format!(
-                "type='bridge'>\n      <source bridge='{}'/>",
-                escape(bridge)
-            ),
-            (network, None) => format!(
-                "type='network'>\n      <source network='{}'/>",
-                escape(network.as_deref().unwrap_or("default"))
-            ),
-        };
-        out.push_str(&format!(
-            "    <interface {source}\n      <mac address='{}'/>\n      <model type='virtio'/>\n    </interface>\n",
-            escape(&mac)
-        ));
+        out.push_str(&interface_xml(nic, &mac));
     }
     // A pty serial console works on remote hosts too; virtlogd keeps its output.
     out.push_str(&format!(

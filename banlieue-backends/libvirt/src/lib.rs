@@ -72,6 +72,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod changes;
 pub mod client;
 pub mod disks;
 pub mod domain;
@@ -101,11 +102,11 @@ pub const CLASS: ProviderClass = ProviderClass::Libvirt;
 /// picks an OVMF Secure Boot firmware from the host's descriptors); cloud-config on a
 /// NoCloud seed (no Ignition); powered on or off (suspend is not exercised by a test,
 /// so it is refused); images from pool volumes or host paths; disks exported and
-/// imported as qcow2.
+/// imported as qcow2; the change table of [`changes::change_table`].
 pub fn capabilities() -> BackendCapabilities {
     use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
     BackendCapabilities {
-        changes: vec![],
+        changes: changes::change_table(),
         firmware: vec![F::Bios, F::Efi, F::EfiSecure],
         bootstrap_formats: vec![B::CloudConfig],
         power_states: vec![P::PoweredOn, P::PoweredOff],

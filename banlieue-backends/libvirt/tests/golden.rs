@@ -57,6 +57,7 @@ fn spec() -> LibvirtMachineSpec {
         },
         storage_pool: "vms".into(),
         cpus: 2,
+        max_cpus: None,
         memory_mib: 2048,
         disk_gib: Some(20),
         firmware: Firmware::Bios,

@@ -276,6 +276,7 @@ impl MachineSpec {
                 data_disks: sizes(&s.additional_disks),
                 networks: count(s.network.len()),
                 firmware: Some(s.firmware),
+                max_cpus: s.max_cpus,
                 ..Default::default()
             },
             Self::CloudHypervisor(s) => MachineResources {

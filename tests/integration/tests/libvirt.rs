@@ -390,6 +390,7 @@ fn request(uid: &str, name: &str, pool: &str, image: &str) -> MachineRequest {
             },
             storage_pool: pool.into(),
             cpus: 1,
+            max_cpus: None,
             memory_mib: 128,
             disk_gib: None,
             firmware: banlieue_sdk::api::common::Firmware::Bios,

@@ -18,6 +18,8 @@ infra_machine! {
     provider_id_doc: "`libvirt://<domain UUID>`, set by banlieue once the domain exists.",
     bootstrap_doc: "Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.",
     /// Desired state of a LibvirtMachine.
+    #[x_kube(validation = Rule::new("!has(self.maxCPUs) || self.maxCPUs >= self.cpus")
+        .message("maxCPUs must be at least cpus"))]
     pub struct LibvirtMachineSpec {
         /// The image the OS disk is cloned from.
         pub image: LibvirtImageSource,
@@ -28,6 +30,12 @@ infra_machine! {
         /// Number of virtual CPUs.
         #[schemars(range(min = 1, max = 1024))]
         pub cpus: u32,
+        /// The most vCPUs the domain can have while it runs (`<vcpu current='cpus'>maxCPUs</vcpu>`):
+        /// `cpus` can then grow up to it live (vCPU hot-plug); beyond it, at the next
+        /// power cycle. Default: `cpus` (no room to grow live).
+        #[serde(default, rename = "maxCPUs", skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 1024))]
+        pub max_cpus: Option<u32>,
         /// Memory in MiB.
         #[serde(rename = "memoryMiB")]
         #[schemars(range(min = 128, max = 25165824))]
