@@ -40,8 +40,12 @@ const GIB: u64 = 1024 * 1024 * 1024;
 /// - `osDiskSize` and `dataDiskSize` grow **Live**: `virDomainBlockResize` has QEMU
 ///   grow the qcow2 volume under the running guest (a powered-off domain's volume is
 ///   resized through the storage pool); disks never shrink.
-/// - `firmware`, `coresPerSocket` (banlieue defines no topology), `dataDisks` and
-///   `networks` added or removed: **Never**.
+/// - `networks` grow **Live**: each interface added at the end of the list is
+///   hot-plugged (`virDomainAttachDeviceFlags`, live and persistent) with the MAC
+///   banlieue derives for its index. Removing one is Never (hot-unplug needs the
+///   guest's cooperation, and a later index would change its MAC).
+/// - `firmware`, `coresPerSocket` (banlieue defines no topology) and `dataDisks`
+///   added or removed: **Never**.
 pub fn change_table() -> Vec<ChangeRule> {
     use ChangeMode::*;
     use MachineField as M;
@@ -50,6 +54,7 @@ pub fn change_table() -> Vec<ChangeRule> {
         ChangeRule::both(M::MemoryMib, NextBoot),
         ChangeRule::grow_shrink(M::OsDiskSize, Live, Never),
         ChangeRule::grow_shrink(M::DataDiskSize, Live, Never),
+        ChangeRule::grow_shrink(M::Networks, Live, Never),
     ]
 }
 
@@ -813,6 +818,32 @@ mod tests {
             [],
             "never shrunk"
         );
+    }
+
+    #[test]
+    fn interfaces_added_at_the_end_are_plugged_live_and_kept() {
+        let one = shape(1, 1, 256);
+        let mut two = one.clone();
+        two.interfaces = 2;
+        let s = spec(1, None, 256);
+        let second = interface_xml(&s.network[1], &macs(UID, &s)[1]);
+        assert!(second.contains("<source bridge='br0'/>"), "{second}");
+        let attach = |live| Step::AttachInterface {
+            xml: second.clone(),
+            live,
+        };
+        let nets = [MachineField::Networks];
+        assert_eq!(
+            plan_for(&s, true, &one, &one, &nets),
+            [attach(true), attach(false)]
+        );
+        assert_eq!(
+            plan_for(&s, true, &one, &two, &nets),
+            [attach(true)],
+            "the persistent definition has it already"
+        );
+        assert_eq!(plan_for(&s, false, &one, &one, &nets), [attach(false)]);
+        assert_eq!(plan_for(&s, true, &two, &two, &nets), []);
     }
 
     #[test]

@@ -732,7 +732,8 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
             "grow",
             &PatchParams::default(),
             &Patch::Merge(&json!({"spec": {"cpus": 2, "diskGiB": 2,
-                "additionalDisks": [{"name": "data", "sizeGiB": 3}]}})),
+                "additionalDisks": [{"name": "data", "sizeGiB": 3}],
+                "network": [{"network": NETWORK}, {"network": NETWORK}]}})),
         )
         .await
         .unwrap();
@@ -742,10 +743,22 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
     .await;
     let r = running(&grown).unwrap();
     assert_eq!(
-        (r.cpus, r.os_disk_gib, r.data_disks[0].size_gib),
-        (2, Some(2), 3),
+        (r.cpus, r.os_disk_gib, r.data_disks[0].size_gib, r.networks),
+        (2, Some(2), 3, 2),
         "{r:?}"
     );
+    // The second interface is plugged into the running domain and kept for the next boot.
+    let nics = |inactive: bool| {
+        let mut args = vec!["domiflist", domain.as_str()];
+        if inactive {
+            args.push("--inactive");
+        }
+        let out = virsh(&rig, &args);
+        out.lines()
+            .filter(|l| l.contains(NETWORK) && l.contains("virtio"))
+            .count()
+    };
+    assert_eq!((nics(false), nics(true)), (2, 2));
     assert_eq!(vcpus(&rig, &domain, "--live", false), 2, "hot-plugged");
     assert_eq!(
         vcpus(&rig, &domain, "--config", false),
@@ -764,7 +777,7 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
         "never restarted"
     );
     eprintln!(
-        "libvirt: cpus 1 -> 2 (hot-plug), OS disk 1 -> 2 GiB, data disk 1 -> 3 GiB live in {:.1?}",
+        "libvirt: cpus 1 -> 2 (hot-plug), OS disk 1 -> 2 GiB, data disk 1 -> 3 GiB, NICs 1 -> 2 live in {:.1?}",
         live.elapsed()
     );
 
