@@ -33,10 +33,13 @@ const GIB: u64 = 1024 * 1024 * 1024;
 ///   definition's maximum and count are written for the next power cycle. A shrink
 ///   is **NextBoot**: hot-unplug needs the guest's cooperation, so the persistent
 ///   count is lowered and the next boot takes it.
-/// - `memoryMiB` both ways **NextBoot**: the persistent `<memory>` and
-///   `<currentMemory>` are written (`virDomainSetMemoryFlags` with `CONFIG`); no
-///   memory is hot-added (that needs `<maxMemory>`, a NUMA cell and DIMM devices,
-///   which the domains banlieue defines do not have).
+/// - `memoryMiB` grows **Live** up to the domain's `<maxMemory>` (the spec's
+///   `maxMemoryMiB`: the domain then has one NUMA cell and DIMM slots): a memory
+///   module of the difference is hot-plugged, and the persistent definition is
+///   rewritten to boot with it all. Without `<maxMemory>` the domain reports its
+///   memory as its ceiling, so a grow is NextBoot. A shrink is **NextBoot**: the
+///   persistent `<memory>` is written (`virDomainSetMemoryFlags` with `CONFIG`, or the
+///   definition rewritten when it has a NUMA cell, which that call refuses).
 /// - `osDiskSize` and `dataDiskSize` grow **Live**: `virDomainBlockResize` has QEMU
 ///   grow the qcow2 volume under the running guest (a powered-off domain's volume is
 ///   resized through the storage pool); disks never shrink.
@@ -51,7 +54,7 @@ pub fn change_table() -> Vec<ChangeRule> {
     use MachineField as M;
     vec![
         ChangeRule::grow_shrink(M::Cpus, Live, NextBoot),
-        ChangeRule::both(M::MemoryMib, NextBoot),
+        ChangeRule::grow_shrink(M::MemoryMib, Live, NextBoot),
         ChangeRule::grow_shrink(M::OsDiskSize, Live, Never),
         ChangeRule::grow_shrink(M::DataDiskSize, Live, Never),
         ChangeRule::grow_shrink(M::Networks, Live, Never),
@@ -65,8 +68,14 @@ pub struct DomainShape {
     pub vcpus: u32,
     /// The most vCPUs the domain can have (`<vcpu>`).
     pub max_vcpus: u32,
-    /// Memory (`<memory>`) in KiB.
+    /// Memory (`<memory>`: boot memory and hot-plugged modules) in KiB.
     pub memory_kib: u64,
+    /// The memory hot-plug ceiling (`<maxMemory>`) in KiB, when the domain has one.
+    pub max_memory_kib: Option<u64>,
+    /// Whether the domain has a NUMA topology (`<cpu><numa>`): its vCPU maximum and
+    /// boot memory are then changed by rewriting its persistent definition, which
+    /// libvirt's vCPU and memory calls refuse to do.
+    pub numa: bool,
     /// `<interface>` devices.
     pub interfaces: u32,
     /// BIOS, EFI, or EFI with Secure Boot (`<loader secure='yes'>`).
@@ -110,6 +119,11 @@ pub fn parse_shape(xml: &str) -> Result<DomainShape, String> {
     };
     let memory = child("memory").ok_or("no <memory>")?;
     let memory_kib = kib(number(memory, "memory")?, memory.attribute("unit"))?;
+    let max_memory_kib = match child("maxMemory") {
+        Some(m) => Some(kib(number(m, "maxMemory")?, m.attribute("unit"))?),
+        None => None,
+    };
+    let numa = child("cpu").is_some_and(|c| c.children().any(|n| n.has_tag_name("numa")));
     let os = child("os");
     let loader = os.and_then(|o| o.children().find(|n| n.has_tag_name("loader")));
     let efi = os.and_then(|o| o.attribute("firmware")) == Some("efi")
@@ -123,6 +137,8 @@ pub fn parse_shape(xml: &str) -> Result<DomainShape, String> {
         vcpus,
         max_vcpus,
         memory_kib,
+        max_memory_kib,
+        numa,
         firmware,
         ..Default::default()
     };
@@ -176,6 +192,8 @@ pub fn resources(
         networks: shape.interfaces,
         firmware: Some(shape.firmware),
         max_cpus: Some(shape.max_vcpus),
+        // Without a hot-plug area the memory it has is all it can have live.
+        max_memory_mib: Some(shape.max_memory_kib.unwrap_or(shape.memory_kib) / KIB),
         ..Default::default()
     };
     for (_, volume) in &shape.disks {
@@ -217,6 +235,19 @@ pub enum Step {
         kib: u64,
         /// `VIR_DOMAIN_MEM_MAXIMUM`.
         maximum: bool,
+    },
+    /// `virDomainAttachDeviceFlags` of a memory module (DIMM) into the running domain.
+    AttachMemory {
+        /// Its size in KiB.
+        kib: u64,
+    },
+    /// The persistent definition rewritten ([`rewrite_persistent`]) and defined again:
+    /// a domain with a NUMA cell takes its next boot's vCPUs and memory this way.
+    Redefine {
+        /// vCPUs plugged and maximum, when they change.
+        vcpus: Option<(u32, u32)>,
+        /// Boot memory and hot-plug ceiling in KiB, when they change.
+        memory: Option<(u64, u64)>,
     },
     /// `virDomainBlockResize` of a running domain's disk.
     BlockResize {
@@ -278,7 +309,7 @@ pub fn plan(
     for field in fields {
         match field {
             MachineField::Cpus => cpus(spec, now, &mut steps),
-            MachineField::MemoryMib => memory(spec, now.config, &mut steps),
+            MachineField::MemoryMib => memory(spec, now, &mut steps),
             MachineField::OsDiskSize => {
                 if let Some(gib) = spec.disk_gib {
                     grow_disk(&os_volume_name(uid), gib, now, &mut steps);
@@ -321,6 +352,12 @@ fn cpus(spec: &LibvirtMachineSpec, now: &Current<'_>, steps: &mut Vec<Step>) {
         });
     }
     let config = now.config;
+    if config.numa {
+        if (count, max) != (config.vcpus, config.max_vcpus) {
+            redefine(steps, Some((count, max)), None);
+        }
+        return;
+    }
     let set_max = (max != config.max_vcpus).then_some(Step::Vcpus {
         count: max,
         live: false,
@@ -339,8 +376,45 @@ fn cpus(spec: &LibvirtMachineSpec, now: &Current<'_>, steps: &mut Vec<Step>) {
     }
 }
 
-fn memory(spec: &LibvirtMachineSpec, config: &DomainShape, steps: &mut Vec<Step>) {
+/// Adds a [`Step::Redefine`], or merges into the one planned already.
+fn redefine(steps: &mut Vec<Step>, vcpus: Option<(u32, u32)>, memory: Option<(u64, u64)>) {
+    for step in steps.iter_mut() {
+        if let Step::Redefine {
+            vcpus: v,
+            memory: m,
+        } = step
+        {
+            *v = vcpus.or(*v);
+            *m = memory.or(*m);
+            return;
+        }
+    }
+    steps.push(Step::Redefine { vcpus, memory });
+}
+
+fn memory(spec: &LibvirtMachineSpec, now: &Current<'_>, steps: &mut Vec<Step>) {
     let kib = spec.memory_mib * KIB;
+    let live = now.live;
+    // Hot-plug only adds, and only up to the domain's hot-plug area.
+    if now.active && kib > live.memory_kib && live.max_memory_kib.is_some_and(|max| kib <= max) {
+        steps.push(Step::AttachMemory {
+            kib: kib - live.memory_kib,
+        });
+    }
+    let config = now.config;
+    if config.numa {
+        // The next boot starts with it all as boot memory (the modules folded in).
+        let max = spec
+            .max_memory_mib
+            .map(|m| m * KIB)
+            .or(config.max_memory_kib)
+            .unwrap_or(kib)
+            .max(kib);
+        if (kib, Some(max)) != (config.memory_kib, config.max_memory_kib) {
+            redefine(steps, None, Some((kib, max)));
+        }
+        return;
+    }
     let current = Step::Memory {
         kib,
         maximum: false,
@@ -397,10 +471,96 @@ fn networks(uid: &str, spec: &LibvirtMachineSpec, now: &Current<'_>, steps: &mut
     }
 }
 
+/// A memory module of `kib` KiB on the domain's one NUMA cell.
+pub fn dimm_xml(kib: u64) -> String {
+    format!(
+        "<memory model='dimm'>\n  <target>\n    <size unit='KiB'>{kib}</size>\n    <node>0</node>\n  </target>\n</memory>\n"
+    )
+}
+
+/// A domain's persistent XML with `vcpus` (plugged, maximum) and `memory` (boot
+/// memory, hot-plug ceiling, KiB) in place of its own: `<vcpu>`, `<memory>`,
+/// `<currentMemory>`, `<maxMemory>` (its slots kept) and the NUMA cell are replaced,
+/// and with a new memory size the memory modules are dropped (the boot memory holds
+/// it all). Everything else is kept byte for byte.
+pub fn rewrite_persistent(
+    xml: &str,
+    vcpus: Option<(u32, u32)>,
+    memory: Option<(u64, u64)>,
+) -> Result<String, String> {
+    let doc = roxmltree::Document::parse(xml).map_err(|e| format!("domain XML: {e}"))?;
+    let root = doc.root_element();
+    let shape = parse_shape(xml)?;
+    let child = |name: &str| root.children().find(|n| n.has_tag_name(name));
+    let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+    let (current, max_vcpus) = vcpus.unwrap_or((shape.vcpus, shape.max_vcpus));
+    if vcpus.is_some() {
+        let node = child("vcpu").ok_or("no <vcpu>")?;
+        let text = if current < max_vcpus {
+            format!("<vcpu placement='static' current='{current}'>{max_vcpus}</vcpu>")
+        } else {
+            format!("<vcpu placement='static'>{max_vcpus}</vcpu>")
+        };
+        edits.push((node.range(), text));
+    }
+    let cell_kib = |doc_cell: Option<roxmltree::Node<'_, '_>>| -> Result<u64, String> {
+        let cell = doc_cell.ok_or("no NUMA cell")?;
+        let value = cell
+            .attribute("memory")
+            .ok_or("a NUMA cell without memory")?
+            .parse::<u64>()
+            .map_err(|e| format!("NUMA cell memory: {e}"))?;
+        kib(value, cell.attribute("unit"))
+    };
+    let numa = child("cpu").and_then(|c| c.children().find(|n| n.has_tag_name("numa")));
+    let mut boot_kib = None;
+    if let Some((total, max)) = memory {
+        boot_kib = Some(total);
+        for name in ["memory", "currentMemory"] {
+            if let Some(node) = child(name) {
+                edits.push((node.range(), format!("<{name} unit='KiB'>{total}</{name}>")));
+            }
+        }
+        if let Some(node) = child("maxMemory") {
+            let slots = node.attribute("slots").unwrap_or("16");
+            edits.push((
+                node.range(),
+                format!("<maxMemory slots='{slots}' unit='KiB'>{max}</maxMemory>"),
+            ));
+        }
+        if let Some(devices) = child("devices") {
+            for module in devices.children().filter(|n| n.has_tag_name("memory")) {
+                edits.push((module.range(), String::new()));
+            }
+        }
+    }
+    if let Some(numa) = numa {
+        let cells = numa.children().filter(|n| n.has_tag_name("cell")).count();
+        if cells != 1 {
+            return Err(format!(
+                "the domain has {cells} NUMA cells; banlieue resizes domains with one"
+            ));
+        }
+        let memory_kib = match boot_kib {
+            Some(k) => k,
+            None => cell_kib(numa.children().find(|n| n.has_tag_name("cell")))?,
+        };
+        let text = crate::domain::numa_xml(max_vcpus, memory_kib);
+        edits.push((numa.range(), text.trim().to_owned()));
+    }
+    edits.sort_by_key(|(range, _)| std::cmp::Reverse(range.start));
+    let mut out = xml.to_owned();
+    for (range, text) in edits {
+        out.replace_range(range, &text);
+    }
+    Ok(out)
+}
+
 fn field_of(step: &Step) -> &'static str {
     match step {
         Step::Vcpus { .. } => "cpus",
-        Step::Memory { .. } => "memoryMiB",
+        Step::Memory { .. } | Step::AttachMemory { .. } => "memoryMiB",
+        Step::Redefine { .. } => "cpus/memoryMiB",
         Step::BlockResize { .. } | Step::VolumeResize { .. } => "disk size",
         Step::AttachInterface { .. } => "networks",
     }
@@ -449,6 +609,15 @@ fn run(conn: &Connect, dom: &Domain, step: &Step) -> Result<(), BackendError> {
             vol.and_then(|v| v.resize(*bytes, 0))
         }
         Step::AttachInterface { xml, live } => dom.attach_device_flags(xml, scope(*live)),
+        Step::AttachMemory { kib } => dom.attach_device_flags(&dimm_xml(*kib), scope(true)),
+        Step::Redefine { vcpus, memory } => {
+            let xml = dom
+                .xml_desc(sys::VIR_DOMAIN_XML_INACTIVE)
+                .map_err(|e| classify("reading the domain's persistent definition", &e))?;
+            let xml = rewrite_persistent(&xml, *vcpus, *memory)
+                .map_err(|e| BackendError::transient("DomainUnreadable", e))?;
+            conn.define_domain_xml(&xml).map(|_| ())
+        }
     };
     result.map_err(|e| classify(&doing, &e))?;
     tracing::info!(step = ?step, "applied a change to a libvirt domain");
@@ -677,7 +846,7 @@ mod tests {
                 networks: 1,
                 firmware: Some(Firmware::Bios),
                 max_cpus: Some(2),
-                max_memory_mib: None,
+                max_memory_mib: Some(256),
             }
         );
         // Another machine's volumes are not this one's disks.
@@ -787,6 +956,123 @@ mod tests {
         assert_eq!(
             plan_for(&spec(1, None, 128), false, &d, &d, &[MemoryMib]),
             [mem(128, false), mem(128, true)]
+        );
+    }
+
+    /// A persistent XML with a hot-plug area as libvirt formats it (trimmed), with one
+    /// module hot-plugged (and kept) earlier.
+    const NUMA_XML: &str = "<domain type='qemu'>
+  <name>ns.m</name>
+  <maxMemory slots='16' unit='KiB'>1048576</maxMemory>
+  <memory unit='KiB'>393216</memory>
+  <currentMemory unit='KiB'>393216</currentMemory>
+  <vcpu placement='static' current='1'>2</vcpu>
+  <os><type arch='x86_64' machine='pc-i440fx-7.2'>hvm</type></os>
+  <cpu mode='custom' match='exact' check='none'>
+    <model fallback='forbid'>qemu64</model>
+    <numa>
+      <cell id='0' cpus='0-1' memory='262144' unit='KiB'/>
+    </numa>
+  </cpu>
+  <devices>
+    <interface type='network'><source network='n'/></interface>
+    <memory model='dimm'>
+      <target><size unit='KiB'>131072</size><node>0</node></target>
+      <address type='dimm' slot='0'/>
+    </memory>
+  </devices>
+</domain>";
+
+    #[test]
+    fn memory_is_hot_plugged_within_max_memory_and_the_next_boot_takes_it_all() {
+        use MachineField::{Cpus, MemoryMib};
+        let shape = parse_shape(NUMA_XML).unwrap();
+        assert_eq!(
+            (shape.memory_kib, shape.max_memory_kib, shape.numa),
+            (393216, Some(1048576), true)
+        );
+        assert_eq!(resources(UID, &shape, |_| None).max_memory_mib, Some(1024));
+        let mut s = spec(1, Some(2), 512);
+        s.max_memory_mib = Some(1024);
+        // 384 MiB running, 512 asked: a 128 MiB module live, and the next boot boots
+        // with 512 (the persistent definition rewritten, not the modules kept).
+        assert_eq!(
+            plan_for(&s, true, &shape, &shape, &[MemoryMib]),
+            [
+                Step::AttachMemory { kib: 131072 },
+                Step::Redefine {
+                    vcpus: None,
+                    memory: Some((524288, 1048576))
+                }
+            ]
+        );
+        // Beyond the hot-plug area (maxMemoryMiB raised with it): the next boot only.
+        s.memory_mib = 2048;
+        s.max_memory_mib = Some(4096);
+        s.cpus = 2;
+        assert_eq!(
+            plan_for(&s, true, &shape, &shape, &[Cpus, MemoryMib]),
+            [
+                vcpus(2, true, false),
+                Step::Redefine {
+                    vcpus: Some((2, 2)),
+                    memory: Some((2 << 20, 4 << 20))
+                }
+            ],
+            "the vCPU within maxCPUs live, one rewrite for both"
+        );
+        // Powered off: no module, the definition only.
+        s.memory_mib = 512;
+        s.max_memory_mib = Some(1024);
+        assert_eq!(
+            plan_for(&s, false, &shape, &shape, &[MemoryMib]),
+            [Step::Redefine {
+                vcpus: None,
+                memory: Some((524288, 1048576))
+            }]
+        );
+    }
+
+    #[test]
+    fn the_persistent_definition_is_rewritten_in_place() {
+        let out = rewrite_persistent(NUMA_XML, Some((3, 4)), Some((524288, 2097152))).unwrap();
+        let shape = parse_shape(&out).unwrap();
+        assert_eq!(
+            (
+                shape.vcpus,
+                shape.max_vcpus,
+                shape.memory_kib,
+                shape.max_memory_kib
+            ),
+            (3, 4, 524288, Some(2097152))
+        );
+        assert!(
+            out.contains("<cell id='0' cpus='0-3' memory='524288' unit='KiB'/>"),
+            "{out}"
+        );
+        assert!(out.contains("<maxMemory slots='16' unit='KiB'>2097152</maxMemory>"));
+        assert!(out.contains("<currentMemory unit='KiB'>524288</currentMemory>"));
+        assert!(!out.contains("model='dimm'"), "modules folded in: {out}");
+        assert!(
+            out.contains("<model fallback='forbid'>qemu64</model>"),
+            "kept: {out}"
+        );
+        assert!(out.contains("<interface type='network'>"), "kept: {out}");
+        // vCPUs only: the memory and its modules are kept, the cell covers every vCPU.
+        let cpus_only = rewrite_persistent(NUMA_XML, Some((4, 4)), None).unwrap();
+        assert!(
+            cpus_only.contains("<vcpu placement='static'>4</vcpu>"),
+            "{cpus_only}"
+        );
+        assert!(
+            cpus_only.contains("cpus='0-3' memory='262144'"),
+            "{cpus_only}"
+        );
+        assert!(cpus_only.contains("model='dimm'"), "{cpus_only}");
+        assert_eq!(
+            rewrite_persistent(NUMA_XML, None, None).unwrap(),
+            NUMA_XML,
+            "nothing asked: the same document"
         );
     }
 

@@ -161,6 +161,23 @@ pub fn interface_xml(nic: &LibvirtNetworkInterface, mac: &str) -> String {
     )
 }
 
+/// Memory module slots of a domain with `maxMemoryMiB`: how many times memory can be
+/// hot-added before its next power cycle (which folds the modules into its boot memory).
+pub const MEMORY_SLOTS: u32 = 16;
+
+/// The `<numa>` element of a domain with memory hot-plug: one cell with every vCPU
+/// (`vcpus` is the maximum) and its boot memory.
+pub fn numa_xml(vcpus: u32, memory_kib: u64) -> String {
+    let cpus = if vcpus > 1 {
+        format!("0-{}", vcpus - 1)
+    } else {
+        "0".to_owned()
+    };
+    format!(
+        "    <numa>\n      <cell id='0' cpus='{cpus}' memory='{memory_kib}' unit='KiB'/>\n    </numa>\n"
+    )
+}
+
 /// The domain XML.
 pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
     let spec = plan.spec;
@@ -182,15 +199,28 @@ pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
         escape(&id.namespace),
         escape(&id.name)
     ));
+    // Room to hot-add memory: QEMU gets a memory hot-plug area up to `maxMemoryMiB`
+    // with DIMM slots, which needs a NUMA topology (one cell holding every vCPU).
+    let max_memory = spec.max_memory_mib.filter(|max| *max > spec.memory_mib);
+    if let Some(max) = max_memory {
+        out.push_str(&format!(
+            "  <maxMemory slots='{MEMORY_SLOTS}' unit='MiB'>{max}</maxMemory>\n"
+        ));
+    }
     out.push_str(&format!(
         "  <memory unit='MiB'>{}</memory>\n",
         spec.memory_mib
     ));
     // Room to hot-add vCPUs: QEMU is started with `maxCPUs` possible vCPUs, `cpus` of
     // them plugged.
-    match spec.max_cpus.filter(|max| *max > spec.cpus) {
-        Some(max) => out.push_str(&format!("  <vcpu current='{}'>{max}</vcpu>\n", spec.cpus)),
-        None => out.push_str(&format!("  <vcpu>{}</vcpu>\n", spec.cpus)),
+    let max_vcpus = spec.max_cpus.unwrap_or(spec.cpus).max(spec.cpus);
+    if max_vcpus > spec.cpus {
+        out.push_str(&format!(
+            "  <vcpu current='{}'>{max_vcpus}</vcpu>\n",
+            spec.cpus
+        ));
+    } else {
+        out.push_str(&format!("  <vcpu>{}</vcpu>\n", spec.cpus));
     }
     let secure = spec.firmware == Firmware::EfiSecure;
     // Secure Boot needs SMM, which only q35 has.
@@ -218,14 +248,21 @@ pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
     }
     out.push_str("  </features>\n");
     // The CPU mode only means something with KVM; TCG emulates its default model.
-    if plan.domain_type == DomainType::Kvm {
-        match spec.cpu_mode {
-            LibvirtCpuMode::HostPassthrough => {
-                out.push_str("  <cpu mode='host-passthrough' check='none'/>\n")
-            }
-            LibvirtCpuMode::HostModel => out.push_str("  <cpu mode='host-model'/>\n"),
-            LibvirtCpuMode::Emulated => {}
+    let mode = match (plan.domain_type, spec.cpu_mode) {
+        (DomainType::Kvm, LibvirtCpuMode::HostPassthrough) => {
+            Some(" mode='host-passthrough' check='none'")
         }
+        (DomainType::Kvm, LibvirtCpuMode::HostModel) => Some(" mode='host-model'"),
+        _ => None,
+    };
+    let numa = max_memory.map(|_| numa_xml(max_vcpus, spec.memory_mib * 1024));
+    match (mode, numa) {
+        (Some(mode), None) => out.push_str(&format!("  <cpu{mode}/>\n")),
+        (mode, Some(numa)) => out.push_str(&format!(
+            "  <cpu{}>\n{numa}  </cpu>\n",
+            mode.unwrap_or_default()
+        )),
+        (None, None) => {}
     }
     out.push_str("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n");
     out.push_str("  <devices>\n");

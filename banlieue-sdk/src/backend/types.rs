@@ -277,6 +277,7 @@ impl MachineSpec {
                 networks: count(s.network.len()),
                 firmware: Some(s.firmware),
                 max_cpus: s.max_cpus,
+                max_memory_mib: s.max_memory_mib,
                 ..Default::default()
             },
             Self::CloudHypervisor(s) => MachineResources {

@@ -391,6 +391,7 @@ fn request(uid: &str, name: &str, pool: &str, image: &str) -> MachineRequest {
             storage_pool: pool.into(),
             cpus: 1,
             max_cpus: None,
+            max_memory_mib: None,
             memory_mib: 128,
             disk_gib: None,
             firmware: banlieue_sdk::api::common::Firmware::Bios,
@@ -660,6 +661,17 @@ fn virsh_field(output: &str, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in:\n{output}"))
 }
 
+async fn set_machine_power(machines: &Api<LibvirtMachine>, state: &str) {
+    machines
+        .patch(
+            "grow",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"powerState": state}})),
+        )
+        .await
+        .unwrap();
+}
+
 /// `(status, reason, message)` of `type_` when it speaks of the object's current generation.
 fn condition_now(m: &LibvirtMachine, type_: &str) -> Option<(String, String, String)> {
     let status = m.status.as_ref()?;
@@ -695,6 +707,7 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
            "spec": {"providerRef": {"name": "host"},
                     "image": {"volume": {"pool": POOL, "name": IMAGE_VOLUME}},
                     "storagePool": POOL, "cpus": 1, "maxCPUs": 2, "memoryMiB": 256,
+                    "maxMemoryMiB": 512,
                     "diskGiB": 1, "firmware": "bios",
                     "additionalDisks": [{"name": "data", "sizeGiB": 1}],
                     "network": [{"network": NETWORK}]}}),
@@ -711,8 +724,15 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
     let made = wait_for(&machines, "grow", WAIT, up_to_date).await;
     let r = running(&made).expect("resources read back");
     assert_eq!(
-        (r.cpus, r.max_cpus, r.memory_mib, r.os_disk_gib, r.networks),
-        (1, Some(2), 256, Some(1), 1),
+        (
+            r.cpus,
+            r.max_cpus,
+            r.memory_mib,
+            r.max_memory_mib,
+            r.os_disk_gib,
+            r.networks
+        ),
+        (1, Some(2), 256, Some(512), Some(1), 1),
         "{r:?}"
     );
     assert_eq!(r.data_disks[0].size_gib, 1);
@@ -724,6 +744,10 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
     );
     let xml_before = virsh(&rig, &["dumpxml", &domain]);
     assert!(xml_before.contains("current='1'>2</vcpu>"), "{xml_before}");
+    assert!(
+        xml_before.contains("<maxMemory slots='16' unit='KiB'>524288</maxMemory>"),
+        "{xml_before}"
+    );
 
     // Live: one more vCPU (within maxCPUs) and both disks grown, the guest running on.
     let live = Instant::now();
@@ -731,14 +755,14 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
         .patch(
             "grow",
             &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"cpus": 2, "diskGiB": 2,
+            &Patch::Merge(&json!({"spec": {"cpus": 2, "memoryMiB": 384, "diskGiB": 2,
                 "additionalDisks": [{"name": "data", "sizeGiB": 3}],
                 "network": [{"network": NETWORK}, {"network": NETWORK}]}})),
         )
         .await
         .unwrap();
     let grown = wait_for(&machines, "grow", WAIT, |m| {
-        up_to_date(m) && running(m).is_some_and(|r| r.cpus == 2)
+        up_to_date(m) && running(m).is_some_and(|r| r.cpus == 2 && r.memory_mib == 384)
     })
     .await;
     let r = running(&grown).unwrap();
@@ -759,6 +783,11 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
             .count()
     };
     assert_eq!((nics(false), nics(true)), (2, 2));
+    // 128 MiB more as a memory module plugged into the running guest.
+    let info = virsh(&rig, &["dominfo", &domain]);
+    assert_eq!(virsh_field(&info, "Max memory:"), 384 * 1024, "{info}");
+    let live_xml = virsh(&rig, &["dumpxml", &domain]);
+    assert!(live_xml.contains("<memory model='dimm'"), "{live_xml}");
     assert_eq!(vcpus(&rig, &domain, "--live", false), 2, "hot-plugged");
     assert_eq!(
         vcpus(&rig, &domain, "--config", false),
@@ -777,7 +806,7 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
         "never restarted"
     );
     eprintln!(
-        "libvirt: cpus 1 -> 2 (hot-plug), OS disk 1 -> 2 GiB, data disk 1 -> 3 GiB, NICs 1 -> 2 live in {:.1?}",
+        "libvirt: cpus 1 -> 2, memory 256 -> 384 MiB (hot-plug), OS disk 1 -> 2 GiB, data disk 1 -> 3 GiB, NICs 1 -> 2 live in {:.1?}",
         live.elapsed()
     );
 
@@ -786,7 +815,8 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
         .patch(
             "grow",
             &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"cpus": 3, "maxCPUs": 3, "memoryMiB": 320}})),
+            &Patch::Merge(&json!({"spec": {"cpus": 3, "maxCPUs": 3, "memoryMiB": 640,
+                "maxMemoryMiB": 1024}})),
         )
         .await
         .unwrap();
@@ -797,7 +827,7 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
     let (_, reason, message) = condition_now(&waiting, "RestartRequired").unwrap();
     eprintln!("RestartRequired {reason}: {message}");
     assert!(
-        message.contains("cpus 2 → 3") && message.contains("memoryMiB 256 → 320"),
+        message.contains("cpus 2 → 3") && message.contains("memoryMiB 384 → 640"),
         "{message}"
     );
     let (status, reason, _) = condition_now(&waiting, "UpToDate").unwrap();
@@ -823,11 +853,14 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
     assert_eq!(vcpus(&rig, &domain, "--config", false), 3, "written");
     assert_eq!(vcpus(&rig, &domain, "--config", true), 3);
     let info = virsh(&rig, &["dominfo", &domain]);
-    assert_eq!(virsh_field(&info, "Max memory:"), 256 * 1024, "{info}");
+    assert_eq!(virsh_field(&info, "Max memory:"), 384 * 1024, "{info}");
     let inactive = virsh(&rig, &["dumpxml", "--inactive", &domain]);
     assert!(
-        inactive.contains("<memory unit='KiB'>327680</memory>"),
-        "{inactive}"
+        inactive.contains("<memory unit='KiB'>655360</memory>")
+            && inactive.contains("<maxMemory slots='16' unit='KiB'>1048576</maxMemory>")
+            && inactive.contains("cpus='0-2' memory='655360'")
+            && !inactive.contains("model='dimm'"),
+        "the next boot boots with it all: {inactive}"
     );
     assert_eq!(running(&waiting).unwrap().cpus, 2);
 
@@ -861,18 +894,61 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
     .await;
     let r = running(&cycled).unwrap();
     assert_eq!(
-        (r.cpus, r.max_cpus, r.memory_mib),
-        (3, Some(3), 320),
+        (r.cpus, r.max_cpus, r.memory_mib, r.max_memory_mib),
+        (3, Some(3), 640, Some(1024)),
         "{r:?}"
     );
     assert_eq!(vcpus(&rig, &domain, "--live", false), 3);
     let info = virsh(&rig, &["dominfo", &domain]);
-    assert_eq!(virsh_field(&info, "Max memory:"), 320 * 1024, "{info}");
-    assert_eq!(virsh_field(&info, "Used memory:"), 320 * 1024, "{info}");
+    assert_eq!(virsh_field(&info, "Max memory:"), 640 * 1024, "{info}");
     eprintln!(
-        "libvirt: cpus 2 -> 3 and memory 256 -> 320 MiB after a power cycle in {:.1?}",
+        "libvirt: cpus 2 -> 3 and memory 384 -> 640 MiB (beyond maxMemory 512) after a power cycle in {:.1?}",
         cycle.elapsed()
     );
+
+    // Shrinks wait for the next boot too.
+    machines
+        .patch(
+            "grow",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"cpus": 1, "memoryMiB": 256}})),
+        )
+        .await
+        .unwrap();
+    let waiting = wait_for(&machines, "grow", WAIT, |m| {
+        condition_now(m, "RestartRequired").is_some_and(|(s, ..)| s == "True")
+    })
+    .await;
+    let (_, _, message) = condition_now(&waiting, "RestartRequired").unwrap();
+    eprintln!("RestartRequired: {message}");
+    assert!(
+        message.contains("cpus 3 → 1") && message.contains("memoryMiB 640 → 256"),
+        "{message}"
+    );
+    assert_eq!(
+        vcpus(&rig, &domain, "--live", false),
+        3,
+        "nothing unplugged"
+    );
+    assert_eq!(vcpus(&rig, &domain, "--config", false), 1, "written");
+    set_machine_power(&machines, "PoweredOff").await;
+    wait_for(&machines, "grow", WAIT, |m| {
+        m.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOff)
+    })
+    .await;
+    set_machine_power(&machines, "PoweredOn").await;
+    let shrunk = wait_for(&machines, "grow", WAIT, |m| {
+        up_to_date(m)
+            && m.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
+            && running(m).is_some_and(|r| r.cpus == 1)
+    })
+    .await;
+    let r = running(&shrunk).unwrap();
+    assert_eq!((r.cpus, r.memory_mib), (1, 256), "{r:?}");
+    assert_eq!(vcpus(&rig, &domain, "--live", false), 1);
+    let info = virsh(&rig, &["dominfo", &domain]);
+    assert_eq!(virsh_field(&info, "Max memory:"), 256 * 1024, "{info}");
+    eprintln!("libvirt: cpus 3 -> 1 and memory 640 -> 256 MiB after a power cycle");
 
     // Hostile: firmware is fixed at define. Refused, named, nothing touched.
     let before = virsh(&rig, &["dumpxml", "--inactive", &domain]);
@@ -900,7 +976,7 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
         "the domain's definition is untouched"
     );
     assert!(rig.domains()[0].2, "still running");
-    assert_eq!(vcpus(&rig, &domain, "--live", false), 3);
+    assert_eq!(vcpus(&rig, &domain, "--live", false), 1);
     assert_eq!(
         running(&machines.get("grow").await.unwrap())
             .unwrap()

@@ -20,6 +20,8 @@ infra_machine! {
     /// Desired state of a LibvirtMachine.
     #[x_kube(validation = Rule::new("!has(self.maxCPUs) || self.maxCPUs >= self.cpus")
         .message("maxCPUs must be at least cpus"))]
+    #[x_kube(validation = Rule::new("!has(self.maxMemoryMiB) || self.maxMemoryMiB >= self.memoryMiB")
+        .message("maxMemoryMiB must be at least memoryMiB"))]
     pub struct LibvirtMachineSpec {
         /// The image the OS disk is cloned from.
         pub image: LibvirtImageSource,
@@ -40,6 +42,13 @@ infra_machine! {
         #[serde(rename = "memoryMiB")]
         #[schemars(range(min = 128, max = 25165824))]
         pub memory_mib: u64,
+        /// The most memory the domain can have while it runs: with it, the domain is
+        /// defined with `<maxMemory>` and one NUMA cell, and `memoryMiB` grows up to it
+        /// live (memory modules hot-plugged); beyond it, at the next power cycle.
+        /// Default: none (memory changes at the next power cycle).
+        #[serde(rename = "maxMemoryMiB", default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 128, max = 25165824))]
+        pub max_memory_mib: Option<u64>,
         /// OS disk size in GiB; grown from the image's if larger.
         #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 1, max = 65536))]
