@@ -992,3 +992,117 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
     assert!(rig.domains().is_empty());
     assert_eq!(rig.volumes(), [IMAGE_VOLUME.to_string()], "{uid}");
 }
+
+fn vm_condition(v: &VirtualMachine, type_: &str) -> Option<(String, String, String)> {
+    let status = v.status.as_ref()?;
+    let c = conditions::get(&status.conditions, type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn vm_running(v: &VirtualMachine) -> Option<&banlieue_sdk::api::resources::MachineResources> {
+    v.status.as_ref()?.resources.as_ref()?.running.as_ref()
+}
+
+/// A VirtualMachine made from a class (no `maxCPUs`/`maxMemoryMiB`: its domain has no
+/// room to grow live) whose class grows: the vCPU count and memory are written to the
+/// domain's persistent definition (`setVcpus`/`setMemory` with `CONFIG`), the VM says
+/// RestartRequired naming both and runs on unchanged, and a power cycle of the VM
+/// applies them; the VM mirrors `status.resources` and UpToDate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_machine_without_headroom_takes_a_bigger_class_at_its_next_boot() {
+    let Some(rig) = LibvirtRig::start() else {
+        return;
+    };
+    let ns = world(&rig, "lv-nextboot").await;
+    let _operator = operator(&ns, Arc::new(LibvirtFactory::new()));
+    apply(&ns.client, &ns.name, &vm(&ns, "app-1"))
+        .await
+        .unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    let made = wait_for(&vms, "app-1", WAIT, |v| {
+        is_ready(v) && vm_condition(v, "UpToDate").is_some_and(|(s, ..)| s == "True")
+    })
+    .await;
+    let r = vm_running(&made).expect("the VM mirrors status.resources");
+    assert_eq!(
+        (
+            r.cpus,
+            r.max_cpus,
+            r.memory_mib,
+            r.max_memory_mib,
+            r.networks
+        ),
+        (1, Some(1), 256, Some(256), 1),
+        "{r:?}"
+    );
+    let domain = format!("{}.app-1", ns.name);
+    assert_eq!(
+        vcpus(&rig, &domain, "--live", true),
+        1,
+        "no room to hot-plug"
+    );
+
+    let classes: Api<banlieue_sdk::api::VMClass> = Api::all(ns.client.clone());
+    classes
+        .patch(
+            &format!("{}-tiny", ns.name),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"cpus": 2, "memoryMiB": 320}})),
+        )
+        .await
+        .unwrap();
+    let waiting = wait_for(&vms, "app-1", WAIT, |v| {
+        vm_condition(v, "RestartRequired").is_some_and(|(s, ..)| s == "True")
+    })
+    .await;
+    let (_, _, message) = vm_condition(&waiting, "RestartRequired").unwrap();
+    eprintln!("VM RestartRequired: {message}");
+    assert!(
+        message.contains("cpus 1 → 2") && message.contains("memoryMiB 256 → 320"),
+        "{message}"
+    );
+    assert_eq!(
+        vm_condition(&waiting, "UpToDate").map(|(s, r, _)| (s, r)),
+        Some(("False".to_owned(), "RestartRequired".to_owned()))
+    );
+    assert_eq!(
+        vcpus(&rig, &domain, "--live", false),
+        1,
+        "runs on unchanged"
+    );
+    assert_eq!(vcpus(&rig, &domain, "--config", false), 2, "written");
+    let inactive = virsh(&rig, &["dumpxml", "--inactive", &domain]);
+    assert!(
+        inactive.contains("<memory unit='KiB'>327680</memory>"),
+        "{inactive}"
+    );
+    assert!(rig.domains()[0].2, "still running");
+
+    set_power(&vms, "app-1", "PoweredOff").await;
+    wait_for(&vms, "app-1", WAIT, |v| {
+        v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOff)
+    })
+    .await;
+    set_power(&vms, "app-1", "PoweredOn").await;
+    let cycled = wait_for(&vms, "app-1", WAIT, |v| {
+        is_ready(v)
+            && v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
+            && vm_condition(v, "UpToDate").is_some_and(|(s, ..)| s == "True")
+            && vm_running(v).is_some_and(|r| r.cpus == 2)
+    })
+    .await;
+    let r = vm_running(&cycled).unwrap();
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.memory_mib),
+        (2, Some(2), 320),
+        "{r:?}"
+    );
+    assert_eq!(vcpus(&rig, &domain, "--live", false), 2);
+    let info = virsh(&rig, &["dominfo", &domain]);
+    assert_eq!(virsh_field(&info, "Max memory:"), 320 * 1024, "{info}");
+    eprintln!("libvirt: VM class 1 -> 2 cpus, 256 -> 320 MiB applied after a power cycle");
+
+    vms.delete("app-1", &DeleteParams::default()).await.unwrap();
+    wait_gone(&vms, "app-1", WAIT).await;
+    assert!(rig.domains().is_empty());
+}
