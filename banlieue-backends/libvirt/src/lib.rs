@@ -59,6 +59,18 @@
 //! `MachineExists`; `qemu-img` missing → terminal `QemuImgNotFound`, failing →
 //! transient `QemuImgFailed`.
 //!
+//! **Changes to a domain that exists** ([`changes`]): every observation reads back what
+//! the domain runs with (the live XML: `<vcpu current>` and its maximum, `<memory>`
+//! and `<maxMemory>`, interfaces; the volumes' sizes; the firmware of the persistent
+//! definition) and, when it differs, what its next boot uses (the persistent XML).
+//! `spec.maxCPUs` and `spec.maxMemoryMiB` give room to grow live
+//! (`<vcpu current='cpus'>maxCPUs</vcpu>`, `<maxMemory slots='16'>` with one NUMA
+//! cell). vCPUs and memory grow live within it (vCPU hot-plug, a DIMM), beyond it or
+//! when shrinking they are written for the next boot; OS and data disks grow live
+//! (`virDomainBlockResize`); interfaces added at the end are hot-plugged; firmware,
+//! disks added or removed and interfaces removed never change (see
+//! [`changes::change_table`]).
+//!
 //! `delete` destroys and undefines the domain (with NVRAM, snapshot and checkpoint
 //! metadata), then deletes every volume named `bnl-<uid>-*` in every active pool, so
 //! volumes a crashed create left behind go too. The image is never touched.
