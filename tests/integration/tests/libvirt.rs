@@ -657,7 +657,7 @@ fn virsh_field(output: &str, field: &str) -> u64 {
     output
         .lines()
         .find_map(|l| l.strip_prefix(field))
-        .and_then(|rest| rest.trim().split_whitespace().next()?.parse().ok())
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no {field} in:\n{output}"))
 }
 
@@ -714,6 +714,29 @@ async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_
     )
     .await
     .unwrap();
+    // The headroom is at least what the machine asks: refused at admission otherwise.
+    for (field, value, message) in [
+        ("maxCPUs", 1, "maxCPUs must be at least cpus"),
+        (
+            "maxMemoryMiB",
+            128,
+            "maxMemoryMiB must be at least memoryMiB",
+        ),
+    ] {
+        let refused = apply(
+            &ns.client,
+            &ns.name,
+            &json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachine",
+               "metadata": {"name": "too-small"},
+               "spec": {"providerRef": {"name": "host"},
+                        "image": {"volume": {"pool": POOL, "name": IMAGE_VOLUME}},
+                        "storagePool": POOL, "cpus": 2, "memoryMiB": 256, field: value,
+                        "firmware": "bios"}}),
+        )
+        .await
+        .expect_err("less headroom than asked");
+        assert!(refused.to_string().contains(message), "{refused}");
+    }
     let domain = format!("{}.grow", ns.name);
     let up_to_date = |m: &LibvirtMachine| {
         condition_now(m, "UpToDate").is_some_and(|(s, ..)| s == "True")
