@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use banlieue_sdk::api::resources::MachineField;
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, BackendFactory, Connection, Deletion, DiskTransfer, ImageLookup,
@@ -9,7 +10,7 @@ use banlieue_sdk::backend::{
 };
 
 use crate::client::{Client, blocking};
-use crate::{inventory, machine};
+use crate::{changes, inventory, machine};
 
 /// One libvirt host (one connection), shared by every machine of its Provider.
 #[derive(Debug)]
@@ -59,6 +60,17 @@ impl Backend for LibvirtBackend {
     /// The domain named `<namespace>.<name>` when banlieue's metadata is on it: a
     /// domain's name is unique on its host and derived from the object's namespace and
     /// name, so machines made before namespace and name were asked for are found too.
+    /// Applies the named fields with [`crate::changes::apply`] and reads the domain back.
+    async fn apply_changes(
+        &self,
+        request: &MachineRequest,
+        fields: &[MachineField],
+    ) -> Result<MachineObservation, BackendError> {
+        let request = request.clone();
+        let fields = fields.to_vec();
+        blocking(&self.client, move |c| changes::apply(c, &request, &fields)).await
+    }
+
     async fn made_for(
         &self,
         kind: &str,

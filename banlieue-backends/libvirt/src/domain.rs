@@ -6,7 +6,9 @@
 //! domain again instead of defining another.
 
 use banlieue_sdk::api::common::Firmware;
-use banlieue_sdk::api::infra::libvirt::{LibvirtCpuMode, LibvirtMachineSpec};
+use banlieue_sdk::api::infra::libvirt::{
+    LibvirtCpuMode, LibvirtMachineSpec, LibvirtNetworkInterface,
+};
 use banlieue_sdk::backend::MachineIdentity;
 
 use crate::xml::escape;
@@ -141,6 +143,41 @@ fn volume_disk(out: &mut String, volume: &VolumeRef, format: &str, target: &str,
     ));
 }
 
+/// One `<interface>` element (in the domain XML, and alone for a hot-plug).
+pub fn interface_xml(nic: &LibvirtNetworkInterface, mac: &str) -> String {
+    let source = match (&nic.network, &nic.bridge) {
+        (_, Some(bridge)) => format!(
+            "type='bridge'>\n      <source bridge='{}'/>",
+            escape(bridge)
+        ),
+        (network, None) => format!(
+            "type='network'>\n      <source network='{}'/>",
+            escape(network.as_deref().unwrap_or("default"))
+        ),
+    };
+    format!(
+        "    <interface {source}\n      <mac address='{}'/>\n      <model type='virtio'/>\n    </interface>\n",
+        escape(mac)
+    )
+}
+
+/// Memory module slots of a domain with `maxMemoryMiB`: how many times memory can be
+/// hot-added before its next power cycle (which folds the modules into its boot memory).
+pub const MEMORY_SLOTS: u32 = 16;
+
+/// The `<numa>` element of a domain with memory hot-plug: one cell with every vCPU
+/// (`vcpus` is the maximum) and its boot memory.
+pub fn numa_xml(vcpus: u32, memory_kib: u64) -> String {
+    let cpus = if vcpus > 1 {
+        format!("0-{}", vcpus - 1)
+    } else {
+        "0".to_owned()
+    };
+    format!(
+        "    <numa>\n      <cell id='0' cpus='{cpus}' memory='{memory_kib}' unit='KiB'/>\n    </numa>\n"
+    )
+}
+
 /// The domain XML.
 pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
     let spec = plan.spec;
@@ -162,11 +199,29 @@ pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
         escape(&id.namespace),
         escape(&id.name)
     ));
+    // Room to hot-add memory: QEMU gets a memory hot-plug area up to `maxMemoryMiB`
+    // with DIMM slots, which needs a NUMA topology (one cell holding every vCPU).
+    let max_memory = spec.max_memory_mib.filter(|max| *max > spec.memory_mib);
+    if let Some(max) = max_memory {
+        out.push_str(&format!(
+            "  <maxMemory slots='{MEMORY_SLOTS}' unit='MiB'>{max}</maxMemory>\n"
+        ));
+    }
     out.push_str(&format!(
         "  <memory unit='MiB'>{}</memory>\n",
         spec.memory_mib
     ));
-    out.push_str(&format!("  <vcpu>{}</vcpu>\n", spec.cpus));
+    // Room to hot-add vCPUs: QEMU is started with `maxCPUs` possible vCPUs, `cpus` of
+    // them plugged.
+    let max_vcpus = spec.max_cpus.unwrap_or(spec.cpus).max(spec.cpus);
+    if max_vcpus > spec.cpus {
+        out.push_str(&format!(
+            "  <vcpu current='{}'>{max_vcpus}</vcpu>\n",
+            spec.cpus
+        ));
+    } else {
+        out.push_str(&format!("  <vcpu>{}</vcpu>\n", spec.cpus));
+    }
     let secure = spec.firmware == Firmware::EfiSecure;
     // Secure Boot needs SMM, which only q35 has.
     let machine = plan.machine.or(secure.then_some("q35"));
@@ -193,14 +248,21 @@ pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
     }
     out.push_str("  </features>\n");
     // The CPU mode only means something with KVM; TCG emulates its default model.
-    if plan.domain_type == DomainType::Kvm {
-        match spec.cpu_mode {
-            LibvirtCpuMode::HostPassthrough => {
-                out.push_str("  <cpu mode='host-passthrough' check='none'/>\n")
-            }
-            LibvirtCpuMode::HostModel => out.push_str("  <cpu mode='host-model'/>\n"),
-            LibvirtCpuMode::Emulated => {}
+    let mode = match (plan.domain_type, spec.cpu_mode) {
+        (DomainType::Kvm, LibvirtCpuMode::HostPassthrough) => {
+            Some(" mode='host-passthrough' check='none'")
         }
+        (DomainType::Kvm, LibvirtCpuMode::HostModel) => Some(" mode='host-model'"),
+        _ => None,
+    };
+    let numa = max_memory.map(|_| numa_xml(max_vcpus, spec.memory_mib * 1024));
+    match (mode, numa) {
+        (Some(mode), None) => out.push_str(&format!("  <cpu{mode}/>\n")),
+        (mode, Some(numa)) => out.push_str(&format!(
+            "  <cpu{}>\n{numa}  </cpu>\n",
+            mode.unwrap_or_default()
+        )),
+        (None, None) => {}
     }
     out.push_str("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n");
     out.push_str("  <devices>\n");
@@ -216,20 +278,7 @@ pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
         true,
     );
     for (nic, mac) in spec.network.iter().zip(macs(&id.uid, spec)) {
-        let source = match (&nic.network, &nic.bridge) {
-            (_, Some(bridge)) => format!(
-                "type='bridge'>\n      <source bridge='{}'/>",
-                escape(bridge)
-            ),
-            (network, None) => format!(
-                "type='network'>\n      <source network='{}'/>",
-                escape(network.as_deref().unwrap_or("default"))
-            ),
-        };
-        out.push_str(&format!(
-            "    <interface {source}\n      <mac address='{}'/>\n      <model type='virtio'/>\n    </interface>\n",
-            escape(&mac)
-        ));
+        out.push_str(&interface_xml(nic, &mac));
     }
     // A pty serial console works on remote hosts too; virtlogd keeps its output.
     out.push_str(&format!(

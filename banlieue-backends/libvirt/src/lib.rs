@@ -59,6 +59,18 @@
 //! `MachineExists`; `qemu-img` missing → terminal `QemuImgNotFound`, failing →
 //! transient `QemuImgFailed`.
 //!
+//! **Changes to a domain that exists** ([`changes`]): every observation reads back what
+//! the domain runs with (the live XML: `<vcpu current>` and its maximum, `<memory>`
+//! and `<maxMemory>`, interfaces; the volumes' sizes; the firmware of the persistent
+//! definition) and, when it differs, what its next boot uses (the persistent XML).
+//! `spec.maxCPUs` and `spec.maxMemoryMiB` give room to grow live
+//! (`<vcpu current='cpus'>maxCPUs</vcpu>`, `<maxMemory slots='16'>` with one NUMA
+//! cell). vCPUs and memory grow live within it (vCPU hot-plug, a DIMM), beyond it or
+//! when shrinking they are written for the next boot; OS and data disks grow live
+//! (`virDomainBlockResize`); interfaces added at the end are hot-plugged; firmware,
+//! disks added or removed and interfaces removed never change (see
+//! [`changes::change_table`]).
+//!
 //! `delete` destroys and undefines the domain (with NVRAM, snapshot and checkpoint
 //! metadata), then deletes every volume named `bnl-<uid>-*` in every active pool, so
 //! volumes a crashed create left behind go too. The image is never touched.
@@ -72,6 +84,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod changes;
 pub mod client;
 pub mod disks;
 pub mod domain;
@@ -101,11 +114,11 @@ pub const CLASS: ProviderClass = ProviderClass::Libvirt;
 /// picks an OVMF Secure Boot firmware from the host's descriptors); cloud-config on a
 /// NoCloud seed (no Ignition); powered on or off (suspend is not exercised by a test,
 /// so it is refused); images from pool volumes or host paths; disks exported and
-/// imported as qcow2.
+/// imported as qcow2; the change table of [`changes::change_table`].
 pub fn capabilities() -> BackendCapabilities {
     use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
     BackendCapabilities {
-        changes: vec![],
+        changes: changes::change_table(),
         firmware: vec![F::Bios, F::Efi, F::EfiSecure],
         bootstrap_formats: vec![B::CloudConfig],
         power_states: vec![P::PoweredOn, P::PoweredOff],

@@ -19,7 +19,7 @@ use crate::domain::{
     parse_defined, seed_volume_name, volume_prefix,
 };
 use crate::error::{classify, is_not_found};
-use crate::{disks, inventory, seed, volumes};
+use crate::{changes, disks, inventory, seed, volumes};
 
 /// `libvirt://<domain UUID>` (the UUID is the UID of the infra object that created it).
 pub fn provider_id(uid: &str) -> String {
@@ -368,13 +368,14 @@ fn addresses(dom: &Domain) -> Vec<String> {
     out
 }
 
-fn observe_domain(
+pub(crate) fn observe_domain(
     client: &Client,
     conn: &Connect,
     dom: &Domain,
     id: &MachineIdentity,
 ) -> Result<MachineObservation, BackendError> {
     let now = state(dom)?;
+    let (resources, next_boot) = changes::ReadBack::read(conn, dom)?.resources(&id.uid);
     let mut addrs: Vec<MachineAddress> = Vec::new();
     if dom.is_active().unwrap_or(false) {
         addrs.extend(addresses(dom).into_iter().map(|address| MachineAddress {
@@ -387,8 +388,8 @@ fn observe_domain(
         address: id.name.clone(),
     });
     Ok(MachineObservation {
-        next_boot: None,
-        resources: None,
+        next_boot,
+        resources: Some(resources),
         provider_id: Some(provider_id(&id.uid)),
         power_state: power_state(now),
         addresses: addrs,

@@ -58,6 +58,8 @@ fn spec() -> LibvirtMachineSpec {
         },
         storage_pool: "vms".into(),
         cpus: 2,
+        max_cpus: None,
+        max_memory_mib: None,
         memory_mib: 2048,
         disk_gib: Some(20),
         firmware: Firmware::Bios,
@@ -230,5 +232,44 @@ fn hostile_names_stay_inside_their_attributes() {
             .find(|n| n.has_tag_name("name"))
             .and_then(|n| n.text()),
         Some("ns.x'/><evil/>")
+    );
+}
+
+/// `maxCPUs` and `maxMemoryMiB` give the domain room to grow live: `<vcpu current>`,
+/// `<maxMemory>` with slots and one NUMA cell holding every possible vCPU (inside the
+/// KVM CPU mode, alone under TCG); what libvirt's parser reads back from it.
+#[test]
+fn headroom_for_hot_plug() {
+    use banlieue_backend_libvirt::changes::parse_shape;
+    let id = identity();
+    let mut spec = spec();
+    spec.max_cpus = Some(8);
+    spec.max_memory_mib = Some(8192);
+    let kvm = domain_xml(&plan(&id, &spec, DomainType::Kvm));
+    golden("domain_kvm_headroom.xml", &kvm);
+    let tcg = domain_xml(&plan(&id, &spec, DomainType::Qemu));
+    assert!(
+        tcg.contains("  <cpu>\n    <numa>\n      <cell id='0' cpus='0-7' memory='2097152' unit='KiB'/>\n    </numa>\n  </cpu>\n"),
+        "{tcg}"
+    );
+    for xml in [&kvm, &tcg] {
+        let shape = parse_shape(xml).unwrap();
+        assert_eq!(
+            (
+                shape.vcpus,
+                shape.max_vcpus,
+                shape.memory_kib,
+                shape.max_memory_kib,
+                shape.numa
+            ),
+            (2, 8, 2 << 20, Some(8 << 20), true)
+        );
+    }
+    // Without headroom nothing of it is written.
+    let plain = domain_xml(&plan(&id, &self::spec(), DomainType::Qemu));
+    assert!(
+        !plain.contains("maxMemory")
+            && !plain.contains("<numa>")
+            && plain.contains("<vcpu>2</vcpu>")
     );
 }

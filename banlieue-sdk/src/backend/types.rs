@@ -278,6 +278,8 @@ impl MachineSpec {
                 data_disks: sizes(&s.additional_disks),
                 networks: count(s.network.len()),
                 firmware: Some(s.firmware),
+                max_cpus: s.max_cpus,
+                max_memory_mib: s.max_memory_mib,
                 ..Default::default()
             },
             Self::CloudHypervisor(s) => MachineResources {

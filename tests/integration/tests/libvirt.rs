@@ -391,6 +391,8 @@ fn request(uid: &str, name: &str, pool: &str, image: &str) -> MachineRequest {
             },
             storage_pool: pool.into(),
             cpus: 1,
+            max_cpus: None,
+            max_memory_mib: None,
             memory_mib: 128,
             disk_gib: None,
             firmware: banlieue_sdk::api::common::Firmware::Bios,
@@ -621,4 +623,510 @@ async fn images_outside_the_allowed_directories_are_refused_before_anything_is_m
             .unwrap();
         wait_gone(&machines, name, Duration::from_secs(60)).await;
     }
+}
+
+/// `virsh -c <rig> ARGS`: the rig's libvirtd asked by its own client, independently of
+/// the backend's code.
+fn virsh(rig: &LibvirtRig, args: &[&str]) -> String {
+    let out = std::process::Command::new("virsh")
+        .arg("-c")
+        .arg(&rig.uri)
+        .args(args)
+        .output()
+        .expect("running virsh");
+    assert!(
+        out.status.success(),
+        "virsh {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `virsh vcpucount DOMAIN --live|--config [--maximum]`.
+fn vcpus(rig: &LibvirtRig, domain: &str, scope: &str, maximum: bool) -> u32 {
+    let mut args = vec!["vcpucount", domain, scope];
+    if maximum {
+        args.push("--maximum");
+    } else if scope == "--live" {
+        args.push("--active");
+    }
+    virsh(rig, &args).parse().expect("a count")
+}
+
+/// A field of `virsh domblkinfo DOMAIN TARGET` (bytes) or `virsh dominfo DOMAIN`.
+fn virsh_field(output: &str, field: &str) -> u64 {
+    output
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in:\n{output}"))
+}
+
+async fn set_machine_power(machines: &Api<LibvirtMachine>, state: &str) {
+    machines
+        .patch(
+            "grow",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"powerState": state}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// `(status, reason, message)` of `type_` when it speaks of the object's current generation.
+fn condition_now(m: &LibvirtMachine, type_: &str) -> Option<(String, String, String)> {
+    let status = m.status.as_ref()?;
+    let c = conditions::get(&status.conditions, type_)?;
+    (c.observed_generation == m.metadata.generation)
+        .then(|| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn running(m: &LibvirtMachine) -> Option<&banlieue_sdk::api::resources::MachineResources> {
+    m.status.as_ref()?.resources.as_ref()?.running.as_ref()
+}
+
+/// A running domain changes honestly (issue 38), seen through the real libvirtd + QEMU:
+/// vCPUs hot-plugged within `maxCPUs` and a data disk and the OS disk grown under the
+/// running guest (UpToDate=True, `status.resources.running`, and virsh agree); vCPUs
+/// beyond `maxCPUs` and memory wait for a power cycle (RestartRequired names them,
+/// the persistent definition has them already, the running guest not), then apply
+/// after PoweredOff → PoweredOn; a firmware change is refused (ChangeRefused) and
+/// leaves the domain as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_domain_grows_live_within_its_headroom_and_the_rest_waits_for_a_power_cycle() {
+    let Some(rig) = LibvirtRig::start() else {
+        return;
+    };
+    let ns = world(&rig, "lv-change").await;
+    let _operator = operator(&ns, Arc::new(LibvirtFactory::new()));
+    let machines: Api<LibvirtMachine> = ns.api();
+    apply(
+        &ns.client,
+        &ns.name,
+        &json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachine",
+           "metadata": {"name": "grow"},
+           "spec": {"providerRef": {"name": "host"},
+                    "image": {"volume": {"pool": POOL, "name": IMAGE_VOLUME}},
+                    "storagePool": POOL, "cpus": 1, "maxCPUs": 2, "memoryMiB": 256,
+                    "maxMemoryMiB": 512,
+                    "diskGiB": 1, "firmware": "bios",
+                    "additionalDisks": [{"name": "data", "sizeGiB": 1}],
+                    "network": [{"network": NETWORK}]}}),
+    )
+    .await
+    .unwrap();
+    // The headroom is at least what the machine asks: refused at admission otherwise.
+    for (field, value, message) in [
+        ("maxCPUs", 1, "maxCPUs must be at least cpus"),
+        (
+            "maxMemoryMiB",
+            128,
+            "maxMemoryMiB must be at least memoryMiB",
+        ),
+    ] {
+        let refused = apply(
+            &ns.client,
+            &ns.name,
+            &json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachine",
+               "metadata": {"name": "too-small"},
+               "spec": {"providerRef": {"name": "host"},
+                        "image": {"volume": {"pool": POOL, "name": IMAGE_VOLUME}},
+                        "storagePool": POOL, "cpus": 2, "memoryMiB": 256, field: value,
+                        "firmware": "bios"}}),
+        )
+        .await
+        .expect_err("less headroom than asked");
+        assert!(refused.to_string().contains(message), "{refused}");
+    }
+    let domain = format!("{}.grow", ns.name);
+    let up_to_date = |m: &LibvirtMachine| {
+        condition_now(m, "UpToDate").is_some_and(|(s, ..)| s == "True")
+            && m.status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+    };
+    let made = wait_for(&machines, "grow", WAIT, up_to_date).await;
+    let r = running(&made).expect("resources read back");
+    assert_eq!(
+        (
+            r.cpus,
+            r.max_cpus,
+            r.memory_mib,
+            r.max_memory_mib,
+            r.os_disk_gib,
+            r.networks
+        ),
+        (1, Some(2), 256, Some(512), Some(1), 1),
+        "{r:?}"
+    );
+    assert_eq!(r.data_disks[0].size_gib, 1);
+    assert_eq!(vcpus(&rig, &domain, "--live", false), 1);
+    assert_eq!(
+        vcpus(&rig, &domain, "--live", true),
+        2,
+        "QEMU started with room for 2 vCPUs"
+    );
+    let xml_before = virsh(&rig, &["dumpxml", &domain]);
+    assert!(xml_before.contains("current='1'>2</vcpu>"), "{xml_before}");
+    assert!(
+        xml_before.contains("<maxMemory slots='16' unit='KiB'>524288</maxMemory>"),
+        "{xml_before}"
+    );
+
+    // Live: one more vCPU (within maxCPUs) and both disks grown, the guest running on.
+    let live = Instant::now();
+    machines
+        .patch(
+            "grow",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"cpus": 2, "memoryMiB": 384, "diskGiB": 2,
+                "additionalDisks": [{"name": "data", "sizeGiB": 3}],
+                "network": [{"network": NETWORK}, {"network": NETWORK}]}})),
+        )
+        .await
+        .unwrap();
+    let grown = wait_for(&machines, "grow", WAIT, |m| {
+        up_to_date(m) && running(m).is_some_and(|r| r.cpus == 2 && r.memory_mib == 384)
+    })
+    .await;
+    let r = running(&grown).unwrap();
+    assert_eq!(
+        (r.cpus, r.os_disk_gib, r.data_disks[0].size_gib, r.networks),
+        (2, Some(2), 3, 2),
+        "{r:?}"
+    );
+    // The second interface is plugged into the running domain and kept for the next boot.
+    let nics = |inactive: bool| {
+        let mut args = vec!["domiflist", domain.as_str()];
+        if inactive {
+            args.push("--inactive");
+        }
+        let out = virsh(&rig, &args);
+        out.lines()
+            .filter(|l| l.contains(NETWORK) && l.contains("virtio"))
+            .count()
+    };
+    assert_eq!((nics(false), nics(true)), (2, 2));
+    // 128 MiB more as a memory module plugged into the running guest.
+    let info = virsh(&rig, &["dominfo", &domain]);
+    assert_eq!(virsh_field(&info, "Max memory:"), 384 * 1024, "{info}");
+    let live_xml = virsh(&rig, &["dumpxml", &domain]);
+    assert!(live_xml.contains("<memory model='dimm'"), "{live_xml}");
+    assert_eq!(vcpus(&rig, &domain, "--live", false), 2, "hot-plugged");
+    assert_eq!(
+        vcpus(&rig, &domain, "--config", false),
+        2,
+        "and kept for the next boot"
+    );
+    let gib = 1u64 << 30;
+    let vdb = virsh(&rig, &["domblkinfo", &domain, "vdb"]);
+    assert_eq!(virsh_field(&vdb, "Capacity:"), 3 * gib, "{vdb}");
+    let vda = virsh(&rig, &["domblkinfo", &domain, "vda"]);
+    assert_eq!(virsh_field(&vda, "Capacity:"), 2 * gib, "{vda}");
+    assert!(rig.domains()[0].2, "still running");
+    let uid = grown.metadata.uid.clone().unwrap();
+    assert!(
+        !rig.console(&domain).contains("power button"),
+        "never restarted"
+    );
+    eprintln!(
+        "libvirt: cpus 1 -> 2, memory 256 -> 384 MiB (hot-plug), OS disk 1 -> 2 GiB, data disk 1 -> 3 GiB, NICs 1 -> 2 live in {:.1?}",
+        live.elapsed()
+    );
+
+    // Beyond the headroom: written for the next boot, the running guest keeps 2 vCPUs.
+    machines
+        .patch(
+            "grow",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"cpus": 3, "maxCPUs": 3, "memoryMiB": 640,
+                "maxMemoryMiB": 1024}})),
+        )
+        .await
+        .unwrap();
+    let waiting = wait_for(&machines, "grow", WAIT, |m| {
+        condition_now(m, "RestartRequired").is_some_and(|(s, ..)| s == "True")
+    })
+    .await;
+    let (_, reason, message) = condition_now(&waiting, "RestartRequired").unwrap();
+    eprintln!("RestartRequired {reason}: {message}");
+    assert!(
+        message.contains("cpus 2 → 3") && message.contains("memoryMiB 384 → 640"),
+        "{message}"
+    );
+    let (status, reason, _) = condition_now(&waiting, "UpToDate").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RestartRequired")
+    );
+    let pending = &waiting
+        .status
+        .as_ref()
+        .unwrap()
+        .resources
+        .as_ref()
+        .unwrap()
+        .pending;
+    assert!(
+        pending
+            .iter()
+            .all(|p| p.waits_for == banlieue_sdk::api::resources::ChangeMode::NextBoot),
+        "{pending:?}"
+    );
+    assert_eq!(vcpus(&rig, &domain, "--live", false), 2);
+    assert_eq!(vcpus(&rig, &domain, "--config", false), 3, "written");
+    assert_eq!(vcpus(&rig, &domain, "--config", true), 3);
+    let info = virsh(&rig, &["dominfo", &domain]);
+    assert_eq!(virsh_field(&info, "Max memory:"), 384 * 1024, "{info}");
+    let inactive = virsh(&rig, &["dumpxml", "--inactive", &domain]);
+    assert!(
+        inactive.contains("<memory unit='KiB'>655360</memory>")
+            && inactive.contains("<maxMemory slots='16' unit='KiB'>1048576</maxMemory>")
+            && inactive.contains("cpus='0-2' memory='655360'")
+            && !inactive.contains("model='dimm'"),
+        "the next boot boots with it all: {inactive}"
+    );
+    assert_eq!(running(&waiting).unwrap().cpus, 2);
+
+    // The power cycle applies it.
+    let cycle = Instant::now();
+    machines
+        .patch(
+            "grow",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"powerState": "PoweredOff"}})),
+        )
+        .await
+        .unwrap();
+    wait_for(&machines, "grow", WAIT, |m| {
+        m.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOff)
+    })
+    .await;
+    machines
+        .patch(
+            "grow",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"powerState": "PoweredOn"}})),
+        )
+        .await
+        .unwrap();
+    let cycled = wait_for(&machines, "grow", WAIT, |m| {
+        up_to_date(m)
+            && m.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
+            && condition_now(m, "RestartRequired").is_some_and(|(s, ..)| s == "False")
+    })
+    .await;
+    let r = running(&cycled).unwrap();
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.memory_mib, r.max_memory_mib),
+        (3, Some(3), 640, Some(1024)),
+        "{r:?}"
+    );
+    assert_eq!(vcpus(&rig, &domain, "--live", false), 3);
+    let info = virsh(&rig, &["dominfo", &domain]);
+    assert_eq!(virsh_field(&info, "Max memory:"), 640 * 1024, "{info}");
+    eprintln!(
+        "libvirt: cpus 2 -> 3 and memory 384 -> 640 MiB (beyond maxMemory 512) after a power cycle in {:.1?}",
+        cycle.elapsed()
+    );
+
+    // Shrinks wait for the next boot too.
+    machines
+        .patch(
+            "grow",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"cpus": 1, "memoryMiB": 256}})),
+        )
+        .await
+        .unwrap();
+    let waiting = wait_for(&machines, "grow", WAIT, |m| {
+        condition_now(m, "RestartRequired").is_some_and(|(s, ..)| s == "True")
+    })
+    .await;
+    let (_, _, message) = condition_now(&waiting, "RestartRequired").unwrap();
+    eprintln!("RestartRequired: {message}");
+    assert!(
+        message.contains("cpus 3 → 1") && message.contains("memoryMiB 640 → 256"),
+        "{message}"
+    );
+    assert_eq!(
+        vcpus(&rig, &domain, "--live", false),
+        3,
+        "nothing unplugged"
+    );
+    assert_eq!(vcpus(&rig, &domain, "--config", false), 1, "written");
+    set_machine_power(&machines, "PoweredOff").await;
+    wait_for(&machines, "grow", WAIT, |m| {
+        m.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOff)
+    })
+    .await;
+    set_machine_power(&machines, "PoweredOn").await;
+    let shrunk = wait_for(&machines, "grow", WAIT, |m| {
+        up_to_date(m)
+            && m.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
+            && running(m).is_some_and(|r| r.cpus == 1)
+    })
+    .await;
+    let r = running(&shrunk).unwrap();
+    assert_eq!((r.cpus, r.memory_mib), (1, 256), "{r:?}");
+    assert_eq!(vcpus(&rig, &domain, "--live", false), 1);
+    let info = virsh(&rig, &["dominfo", &domain]);
+    assert_eq!(virsh_field(&info, "Max memory:"), 256 * 1024, "{info}");
+    eprintln!("libvirt: cpus 3 -> 1 and memory 640 -> 256 MiB after a power cycle");
+
+    // Hostile: firmware is fixed at define. Refused, named, nothing touched.
+    let before = virsh(&rig, &["dumpxml", "--inactive", &domain]);
+    machines
+        .patch(
+            "grow",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"firmware": "efi"}})),
+        )
+        .await
+        .unwrap();
+    let refused = wait_for(&machines, "grow", WAIT, |m| {
+        condition_now(m, "UpToDate").is_some_and(|(_, reason, _)| reason == "ChangeRefused")
+    })
+    .await;
+    let (status, _, message) = condition_now(&refused, "UpToDate").unwrap();
+    eprintln!("UpToDate False ChangeRefused: {message}");
+    assert_eq!(status, "False");
+    assert!(message.contains("firmware bios → efi"), "{message}");
+    // A few more reconciles: still untouched.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        virsh(&rig, &["dumpxml", "--inactive", &domain]),
+        before,
+        "the domain's definition is untouched"
+    );
+    assert!(rig.domains()[0].2, "still running");
+    assert_eq!(vcpus(&rig, &domain, "--live", false), 1);
+    assert_eq!(
+        running(&machines.get("grow").await.unwrap())
+            .unwrap()
+            .firmware,
+        Some(banlieue_sdk::api::common::Firmware::Bios)
+    );
+
+    machines
+        .delete("grow", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&machines, "grow", WAIT).await;
+    assert!(rig.domains().is_empty());
+    assert_eq!(rig.volumes(), [IMAGE_VOLUME.to_string()], "{uid}");
+}
+
+fn vm_condition(v: &VirtualMachine, type_: &str) -> Option<(String, String, String)> {
+    let status = v.status.as_ref()?;
+    let c = conditions::get(&status.conditions, type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn vm_running(v: &VirtualMachine) -> Option<&banlieue_sdk::api::resources::MachineResources> {
+    v.status.as_ref()?.resources.as_ref()?.running.as_ref()
+}
+
+/// A VirtualMachine made from a class (no `maxCPUs`/`maxMemoryMiB`: its domain has no
+/// room to grow live) whose class grows: the vCPU count and memory are written to the
+/// domain's persistent definition (`setVcpus`/`setMemory` with `CONFIG`), the VM says
+/// RestartRequired naming both and runs on unchanged, and a power cycle of the VM
+/// applies them; the VM mirrors `status.resources` and UpToDate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_machine_without_headroom_takes_a_bigger_class_at_its_next_boot() {
+    let Some(rig) = LibvirtRig::start() else {
+        return;
+    };
+    let ns = world(&rig, "lv-nextboot").await;
+    let _operator = operator(&ns, Arc::new(LibvirtFactory::new()));
+    apply(&ns.client, &ns.name, &vm(&ns, "app-1"))
+        .await
+        .unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    let made = wait_for(&vms, "app-1", WAIT, |v| {
+        is_ready(v) && vm_condition(v, "UpToDate").is_some_and(|(s, ..)| s == "True")
+    })
+    .await;
+    let r = vm_running(&made).expect("the VM mirrors status.resources");
+    assert_eq!(
+        (
+            r.cpus,
+            r.max_cpus,
+            r.memory_mib,
+            r.max_memory_mib,
+            r.networks
+        ),
+        (1, Some(1), 256, Some(256), 1),
+        "{r:?}"
+    );
+    let domain = format!("{}.app-1", ns.name);
+    assert_eq!(
+        vcpus(&rig, &domain, "--live", true),
+        1,
+        "no room to hot-plug"
+    );
+
+    let classes: Api<banlieue_sdk::api::VMClass> = Api::all(ns.client.clone());
+    classes
+        .patch(
+            &format!("{}-tiny", ns.name),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"cpus": 2, "memoryMiB": 320}})),
+        )
+        .await
+        .unwrap();
+    let waiting = wait_for(&vms, "app-1", WAIT, |v| {
+        vm_condition(v, "RestartRequired").is_some_and(|(s, ..)| s == "True")
+    })
+    .await;
+    let (_, _, message) = vm_condition(&waiting, "RestartRequired").unwrap();
+    eprintln!("VM RestartRequired: {message}");
+    assert!(
+        message.contains("cpus 1 → 2") && message.contains("memoryMiB 256 → 320"),
+        "{message}"
+    );
+    assert_eq!(
+        vm_condition(&waiting, "UpToDate").map(|(s, r, _)| (s, r)),
+        Some(("False".to_owned(), "RestartRequired".to_owned()))
+    );
+    assert_eq!(
+        vcpus(&rig, &domain, "--live", false),
+        1,
+        "runs on unchanged"
+    );
+    assert_eq!(vcpus(&rig, &domain, "--config", false), 2, "written");
+    let inactive = virsh(&rig, &["dumpxml", "--inactive", &domain]);
+    assert!(
+        inactive.contains("<memory unit='KiB'>327680</memory>"),
+        "{inactive}"
+    );
+    assert!(rig.domains()[0].2, "still running");
+
+    set_power(&vms, "app-1", "PoweredOff").await;
+    wait_for(&vms, "app-1", WAIT, |v| {
+        v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOff)
+    })
+    .await;
+    set_power(&vms, "app-1", "PoweredOn").await;
+    let cycled = wait_for(&vms, "app-1", WAIT, |v| {
+        is_ready(v)
+            && v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
+            && vm_condition(v, "UpToDate").is_some_and(|(s, ..)| s == "True")
+            && vm_running(v).is_some_and(|r| r.cpus == 2)
+    })
+    .await;
+    let r = vm_running(&cycled).unwrap();
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.memory_mib),
+        (2, Some(2), 320),
+        "{r:?}"
+    );
+    assert_eq!(vcpus(&rig, &domain, "--live", false), 2);
+    let info = virsh(&rig, &["dominfo", &domain]);
+    assert_eq!(virsh_field(&info, "Max memory:"), 320 * 1024, "{info}");
+    eprintln!("libvirt: VM class 1 -> 2 cpus, 256 -> 320 MiB applied after a power cycle");
+
+    vms.delete("app-1", &DeleteParams::default()).await.unwrap();
+    wait_gone(&vms, "app-1", WAIT).await;
+    assert!(rig.domains().is_empty());
 }

@@ -76,6 +76,8 @@ fn request(uid: &str, name: &str, power: PowerState, with_data: bool) -> Machine
             },
             storage_pool: POOL.into(),
             cpus: 1,
+            max_cpus: None,
+            max_memory_mib: None,
             memory_mib: 256,
             disk_gib: Some(1),
             firmware: Firmware::Bios,

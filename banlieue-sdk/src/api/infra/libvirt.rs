@@ -18,6 +18,10 @@ infra_machine! {
     provider_id_doc: "`libvirt://<domain UUID>`, set by banlieue once the domain exists.",
     bootstrap_doc: "Bootstrap data when no CAPI Machine owns this object; delivered as a NoCloud seed.",
     /// Desired state of a LibvirtMachine.
+    #[x_kube(validation = Rule::new("!has(self.maxCPUs) || self.maxCPUs >= self.cpus")
+        .message("maxCPUs must be at least cpus"))]
+    #[x_kube(validation = Rule::new("!has(self.maxMemoryMiB) || self.maxMemoryMiB >= self.memoryMiB")
+        .message("maxMemoryMiB must be at least memoryMiB"))]
     pub struct LibvirtMachineSpec {
         /// The image the OS disk is cloned from.
         pub image: LibvirtImageSource,
@@ -28,10 +32,23 @@ infra_machine! {
         /// Number of virtual CPUs.
         #[schemars(range(min = 1, max = 1024))]
         pub cpus: u32,
+        /// The most vCPUs the domain can have while it runs (`<vcpu current='cpus'>maxCPUs</vcpu>`):
+        /// `cpus` can then grow up to it live (vCPU hot-plug); beyond it, at the next
+        /// power cycle. Default: `cpus` (no room to grow live).
+        #[serde(default, rename = "maxCPUs", skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 1024))]
+        pub max_cpus: Option<u32>,
         /// Memory in MiB.
         #[serde(rename = "memoryMiB")]
         #[schemars(range(min = 128, max = 25165824))]
         pub memory_mib: u64,
+        /// The most memory the domain can have while it runs: with it, the domain is
+        /// defined with `<maxMemory>` and one NUMA cell, and `memoryMiB` grows up to it
+        /// live (memory modules hot-plugged); beyond it, at the next power cycle.
+        /// Default: none (memory changes at the next power cycle).
+        #[serde(rename = "maxMemoryMiB", default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 128, max = 25165824))]
+        pub max_memory_mib: Option<u64>,
         /// OS disk size in GiB; grown from the image's if larger.
         #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 1, max = 65536))]
