@@ -137,16 +137,10 @@ pub fn vm_config(
             n
         })
         .collect();
-    let cpus = spec.cpus;
-    let max = spec.max_cpus.unwrap_or(cpus).max(cpus);
-    let mut memory = json!({"size": spec.memory_mib << 20});
-    if spec.hugepages {
-        memory["hugepages"] = json!(true);
-    }
     Ok(json!({
         "payload": payload,
-        "cpus": {"boot_vcpus": cpus, "max_vcpus": max},
-        "memory": memory,
+        "cpus": cpus(spec),
+        "memory": memory(spec),
         "disks": disks,
         "net": net,
         "rng": {"src": "/dev/urandom"},
@@ -156,6 +150,29 @@ pub fn vm_config(
         // `uuid` (deprecated for `system_uuid` in newer releases) is what v48 takes.
         "platform": {"uuid": uid, "oem_strings": [format!("banlieue.io/uid={uid}")]},
     }))
+}
+
+/// The `cpus` section: `cpus` at boot, room to hot-add up to `maxCPUs` (default: none).
+pub fn cpus(spec: &CloudHypervisorMachineSpec) -> Value {
+    let max = spec.max_cpus.unwrap_or(spec.cpus).max(spec.cpus);
+    json!({"boot_vcpus": spec.cpus, "max_vcpus": max})
+}
+
+/// The `memory` section: `memoryMiB` at boot and, when `maxMemoryMiB` is larger, that
+/// much more as ACPI hot-plug room (`hotplug_size`, CH's default method).
+pub fn memory(spec: &CloudHypervisorMachineSpec) -> Value {
+    let mut memory = json!({"size": spec.memory_mib << 20});
+    let room = spec
+        .max_memory_mib
+        .unwrap_or(spec.memory_mib)
+        .saturating_sub(spec.memory_mib);
+    if room > 0 {
+        memory["hotplug_size"] = json!(room << 20);
+    }
+    if spec.hugepages {
+        memory["hugepages"] = json!(true);
+    }
+    memory
 }
 
 #[cfg(test)]
@@ -192,6 +209,7 @@ mod tests {
         assert_eq!(c["payload"]["kernel"], "/boot/vmlinux");
         assert_eq!(c["cpus"]["max_vcpus"], 2);
         assert_eq!(c["memory"]["size"], 1u64 << 30);
+        assert!(c["memory"].get("hotplug_size").is_none(), "no room asked");
         assert_eq!(c["disks"][0]["path"], "/state/u1/disk.raw");
         assert_eq!(c["disks"][1]["readonly"], true);
         assert_eq!(c["net"][0]["mtu"], 1400);
@@ -209,7 +227,7 @@ mod tests {
     fn the_config_matches_the_openapi_document() {
         let spec: CloudHypervisorMachineSpec = serde_json::from_value(json!({
             "image": {"firmware": "/usr/share/cloud-hypervisor/CLOUDHV.fd", "disk": "/i.qcow2"},
-            "cpus": 2, "maxCPUs": 4, "memoryMiB": 2048, "hugepages": true,
+            "cpus": 2, "maxCPUs": 4, "memoryMiB": 2048, "maxMemoryMiB": 4096, "hugepages": true,
             "additionalDisks": [{"name": "data", "sizeGiB": 10}],
             "network": [{"mtu": 9000, "macAddress": "52:54:00:12:34:56"}, {}]
         }))
@@ -224,6 +242,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config["disks"][0]["backing_files"], true);
+        assert_eq!(config["cpus"], json!({"boot_vcpus": 2, "max_vcpus": 4}));
+        assert_eq!(config["memory"]["size"], 2048u64 << 20);
+        assert_eq!(config["memory"]["hotplug_size"], 2048u64 << 20);
         let imported = vm_config("u", &spec, Path::new("/s/u"), &macs, OsDisk::imported()).unwrap();
         assert_eq!(imported["disks"][0]["path"], "/s/u/disk.raw");
         assert_eq!(imported["disks"][0]["image_type"], "Raw");

@@ -109,6 +109,7 @@
 
 pub mod addresses;
 mod backend;
+pub mod changes;
 pub mod client;
 pub mod config;
 pub mod disks;
@@ -135,11 +136,12 @@ pub const CLASS: ProviderClass = ProviderClass::CloudHypervisor;
 /// it boots what the image names (a kernel directly, or a firmware such as
 /// `CLOUDHV.fd`), so a class's `bios` or `efi` changes nothing and both are accepted,
 /// but Secure Boot is not available; cloud-config on a NoCloud seed (no Ignition);
-/// powered on, off and suspended (paused, tested); disks exported and imported raw.
+/// powered on, off and suspended (paused, tested); disks exported and imported raw;
+/// the changes a running machine takes are [`changes::change_table`]'s.
 pub fn capabilities() -> BackendCapabilities {
     use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
     BackendCapabilities {
-        changes: vec![],
+        changes: changes::change_table(),
         firmware: vec![F::Bios, F::Efi],
         bootstrap_formats: vec![B::CloudConfig],
         power_states: vec![P::PoweredOn, P::PoweredOff, P::Suspended],
