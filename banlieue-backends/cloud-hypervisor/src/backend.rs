@@ -6,8 +6,8 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use banlieue_sdk::api::common::PowerState;
-use banlieue_sdk::api::resources::MachineField;
 use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
+use banlieue_sdk::api::resources::MachineField;
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, BackendFactory, Connection, Deletion, DiskTransfer, ImageLookup,
@@ -299,8 +299,7 @@ impl ChBackend {
                 None,
             ),
             (_, Some(config)) => {
-                let running =
-                    changes::resources(dir.path(), record, config, record.booted_memory);
+                let running = changes::resources(dir.path(), record, config, record.booted_memory);
                 let next = changes::sizes_differ(config, &record.config)
                     .then(|| changes::resources(dir.path(), record, &record.config, None));
                 (Some(running), next)
@@ -551,27 +550,13 @@ impl ChBackend {
                     .map_err(api("vm.shutdown"))?;
                 record.power_button_ms = None;
                 dir.save(record)?;
-                Ok(self.observation(
-                    record,
-                    dir,
-                    Some(spec),
-                    PowerState::PoweredOff,
-                    None,
-                    None,
-                ))
+                Ok(self.observation(record, dir, Some(spec), PowerState::PoweredOff, None, None))
             }
             _ => {
                 if record.power_button_ms.take().is_some() {
                     dir.save(record)?;
                 }
-                Ok(self.observation(
-                    record,
-                    dir,
-                    Some(spec),
-                    PowerState::PoweredOff,
-                    None,
-                    None,
-                ))
+                Ok(self.observation(record, dir, Some(spec), PowerState::PoweredOff, None, None))
             }
         }
     }
@@ -708,7 +693,9 @@ impl Backend for ChBackend {
         };
         let power = power_of(info.as_ref().map(|i| i.state.as_str()));
         let vmm = info.as_ref().map(|i| &i.config);
-        Ok(Some(self.observation(&record, &dir, None, power, None, vmm)))
+        Ok(Some(
+            self.observation(&record, &dir, None, power, None, vmm),
+        ))
     }
 
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
@@ -768,7 +755,10 @@ impl Backend for ChBackend {
     ) -> Result<MachineObservation, BackendError> {
         let spec = spec_of(request)?;
         let table = changes::change_table();
-        if let Some(field) = fields.iter().find(|f| !table.iter().any(|r| r.field == **f)) {
+        if let Some(field) = fields
+            .iter()
+            .find(|f| !table.iter().any(|r| r.field == **f))
+        {
             return Err(BackendError::terminal(
                 "ChangeUnsupported",
                 format!(

@@ -295,15 +295,27 @@ mod tests {
                 vec![F::Cpus, F::MemoryMib],
                 Some(json!({"desired_vcpus": 4, "desired_ram": 1536u64 << 20})),
             ),
-            (2, 2048, vec![F::MemoryMib], Some(json!({"desired_ram": 2048u64 << 20}))),
+            (
+                2,
+                2048,
+                vec![F::MemoryMib],
+                Some(json!({"desired_ram": 2048u64 << 20})),
+            ),
             // Beyond the hot-plug room, or smaller: the next boot's.
             (2, 4096, vec![F::MemoryMib], None),
             (2, 512, vec![F::MemoryMib], None),
             // A field not handed over is not sent.
-            (4, 1536, vec![F::MemoryMib], Some(json!({"desired_ram": 1536u64 << 20}))),
+            (
+                4,
+                1536,
+                vec![F::MemoryMib],
+                Some(json!({"desired_ram": 1536u64 << 20})),
+            ),
         ];
         for (cpus, memory, fields, want) in cases {
-            let s = spec(json!({"cpus": cpus, "memoryMiB": memory, "maxCPUs": 8, "maxMemoryMiB": 4096}));
+            let s = spec(
+                json!({"cpus": cpus, "memoryMiB": memory, "maxCPUs": 8, "maxMemoryMiB": 4096}),
+            );
             let body = resize_body(&s, &fields, &running(2, 1024)).unwrap();
             assert_eq!(body, want, "{cpus} {memory} {fields:?}");
             if let Some(body) = &body {
@@ -375,7 +387,10 @@ mod tests {
     fn resources_are_read_from_the_vm_configuration_and_the_files() {
         let dir = tempfile::tempdir().unwrap();
         let os = dir.path().join("disk.raw");
-        std::fs::File::create(&os).unwrap().set_len(3 << 30).unwrap();
+        std::fs::File::create(&os)
+            .unwrap()
+            .set_len(3 << 30)
+            .unwrap();
         std::fs::File::create(dir.path().join("data-0.raw"))
             .unwrap()
             .set_len(2 << 30)
@@ -395,7 +410,11 @@ mod tests {
         assert_eq!(r.cpus, 3);
         assert_eq!(r.max_cpus, Some(4));
         assert_eq!(r.memory_mib, 1536);
-        assert_eq!(r.max_memory_mib, Some(2048), "created with 1024 + 1024 room");
+        assert_eq!(
+            r.max_memory_mib,
+            Some(2048),
+            "created with 1024 + 1024 room"
+        );
         assert_eq!(r.os_disk_gib, Some(3));
         assert_eq!(
             r.data_disks,
@@ -406,7 +425,8 @@ mod tests {
         );
         assert_eq!(r.networks, 2);
         // Without a hot-plug room the ceiling is the size.
-        let fixed = json!({"cpus": {"boot_vcpus": 1, "max_vcpus": 1}, "memory": {"size": 512u64 << 20}});
+        let fixed =
+            json!({"cpus": {"boot_vcpus": 1, "max_vcpus": 1}, "memory": {"size": 512u64 << 20}});
         assert_eq!(
             resources(dir.path(), &record, &fixed, None).max_memory_mib,
             Some(512)

@@ -283,13 +283,25 @@ impl Vmm {
             .flatten()
             .find(|d| d["id"].as_str() == Some(id))
         else {
-            return error(404, &["Error resizing the disk", &format!("no disk with id {id:?}")]);
+            return error(
+                404,
+                &[
+                    "Error resizing the disk",
+                    &format!("no disk with id {id:?}"),
+                ],
+            );
         };
         if !matches!(state, VmState::Running | VmState::Paused) {
             return error(500, &["Error resizing the disk", "the VM is not booted"]);
         }
         if disk["readonly"].as_bool() == Some(true) {
-            return error(500, &["Error resizing the disk", &format!("disk {id} is read-only")]);
+            return error(
+                500,
+                &[
+                    "Error resizing the disk",
+                    &format!("disk {id} is read-only"),
+                ],
+            );
         }
         let Some(want) = body["desired_size"].as_u64() else {
             return error(500, &["Error resizing the disk", "no desired_size"]);
@@ -433,40 +445,73 @@ mod tests {
         let kernel = dir.path().join("vmlinux");
         let data = dir.path().join("data.raw");
         std::fs::write(&kernel, b"k").unwrap();
-        std::fs::File::create(&data).unwrap().set_len(1 << 30).unwrap();
+        std::fs::File::create(&data)
+            .unwrap()
+            .set_len(1 << 30)
+            .unwrap();
         let mut vmm = Vmm::new(7);
         let config = json!({"payload": {"kernel": kernel},
             "cpus": {"boot_vcpus": 2, "max_vcpus": 4},
             "memory": {"size": 1u64 << 30, "hotplug_size": 1u64 << 30},
             "disks": [{"id": "data0", "path": data}, {"id": "seed", "path": kernel, "readonly": true}]});
-        let resize = |vmm: &mut Vmm, body: Value| vmm.handle("PUT", "vm.resize", Some(&body)).status;
+        let resize =
+            |vmm: &mut Vmm, body: Value| vmm.handle("PUT", "vm.resize", Some(&body)).status;
         let resize_disk =
             |vmm: &mut Vmm, body: Value| vmm.handle("PUT", "vm.resize-disk", Some(&body)).status;
         assert_eq!(resize(&mut vmm, json!({"desired_vcpus": 3})), 404);
         assert_eq!(vmm.handle("PUT", "vm.create", Some(&config)).status, 204);
-        assert_eq!(resize_disk(&mut vmm, json!({"id": "data0", "desired_size": 2u64 << 30})), 500, "not booted");
+        assert_eq!(
+            resize_disk(&mut vmm, json!({"id": "data0", "desired_size": 2u64 << 30})),
+            500,
+            "not booted"
+        );
         assert_eq!(vmm.handle("PUT", "vm.boot", None).status, 204);
         let info = |vmm: &mut Vmm| vmm.handle("GET", "vm.info", None).body.unwrap();
         // vCPUs within max_vcpus, both ways; beyond, refused and nothing changed.
         assert_eq!(resize(&mut vmm, json!({"desired_vcpus": 4})), 204);
         assert_eq!(info(&mut vmm)["config"]["cpus"]["boot_vcpus"], 4);
         assert_eq!(resize(&mut vmm, json!({"desired_vcpus": 3})), 204);
-        assert_eq!(resize(&mut vmm, json!({"desired_vcpus": 5, "desired_ram": 1536u64 << 20})), 500);
+        assert_eq!(
+            resize(
+                &mut vmm,
+                json!({"desired_vcpus": 5, "desired_ram": 1536u64 << 20})
+            ),
+            500
+        );
         let now = info(&mut vmm);
         assert_eq!(now["config"]["cpus"]["boot_vcpus"], 3);
         assert_eq!(now["config"]["memory"]["size"], 1u64 << 30);
         // Memory in 128 MiB blocks, within the room above what it booted with.
-        assert_eq!(resize(&mut vmm, json!({"desired_ram": (1u64 << 30) + (100 << 20)})), 500);
+        assert_eq!(
+            resize(&mut vmm, json!({"desired_ram": (1u64 << 30) + (100 << 20)})),
+            500
+        );
         assert_eq!(resize(&mut vmm, json!({"desired_ram": 1536u64 << 20})), 204);
         assert_eq!(info(&mut vmm)["memory_actual_size"], 1536u64 << 20);
         assert_eq!(resize(&mut vmm, json!({"desired_ram": 2048u64 << 20})), 204);
-        assert_eq!(resize(&mut vmm, json!({"desired_ram": 2176u64 << 20})), 500, "beyond the room");
+        assert_eq!(
+            resize(&mut vmm, json!({"desired_ram": 2176u64 << 20})),
+            500,
+            "beyond the room"
+        );
         // Disks: grown, never shrunk; read-only and unknown ones refused.
-        assert_eq!(resize_disk(&mut vmm, json!({"id": "data0", "desired_size": 2u64 << 30})), 204);
+        assert_eq!(
+            resize_disk(&mut vmm, json!({"id": "data0", "desired_size": 2u64 << 30})),
+            204
+        );
         assert_eq!(std::fs::metadata(&data).unwrap().len(), 2 << 30);
-        assert_eq!(resize_disk(&mut vmm, json!({"id": "data0", "desired_size": 1u64 << 30})), 500);
-        assert_eq!(resize_disk(&mut vmm, json!({"id": "seed", "desired_size": 1u64 << 30})), 500);
-        assert_eq!(resize_disk(&mut vmm, json!({"id": "nope", "desired_size": 1u64 << 30})), 404);
+        assert_eq!(
+            resize_disk(&mut vmm, json!({"id": "data0", "desired_size": 1u64 << 30})),
+            500
+        );
+        assert_eq!(
+            resize_disk(&mut vmm, json!({"id": "seed", "desired_size": 1u64 << 30})),
+            500
+        );
+        assert_eq!(
+            resize_disk(&mut vmm, json!({"id": "nope", "desired_size": 1u64 << 30})),
+            404
+        );
         assert_eq!(std::fs::metadata(&data).unwrap().len(), 2 << 30);
     }
 
