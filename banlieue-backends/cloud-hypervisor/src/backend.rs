@@ -803,7 +803,7 @@ impl Backend for ChBackend {
             Some("Running") => {
                 let vmm = &info.as_ref().expect("matched").config;
                 let running = changes::resources(dir.path(), &record, vmm, record.booted_memory);
-                if let Some(body) = changes::resize_body(spec, fields, &running).map_err(named)? {
+                if let Some(body) = changes::resize_body(spec, fields, &running)? {
                     info!(uid = %record.uid, %body, "vm.resize");
                     client
                         .put("vm.resize", Some(&body))

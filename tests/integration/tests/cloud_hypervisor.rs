@@ -295,6 +295,116 @@ async fn a_guest_that_ignores_the_power_button_is_shut_down_and_can_boot_again()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_that_wait_for_the_next_boot_remake_the_vm_in_a_vmm_that_stayed() {
+    use banlieue_sdk::api::resources::MachineField as F;
+    // The guest powers off and its VMM stays with the VM in Shutdown: the next boot
+    // must not boot the VMM's old configuration.
+    let rig = ChRig::new(FAKE, Guest::Shutdown);
+    assert!(rig.is_fake(), "reads the fake's exchanges");
+    let backend = backend(&rig, &[]);
+    let uid = "0c0ffee0-0000-4000-8000-000000000038";
+    let mut on = request(&rig, uid, "PoweredOn", None);
+    let obs = settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    let r = obs.resources.expect("read back");
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.memory_mib, r.max_memory_mib),
+        (2, Some(2), 512, Some(512))
+    );
+    assert_eq!(obs.next_boot, None);
+    let pids = rig.vmm_pids(uid);
+    let resize = |on: &mut MachineRequest, f: &dyn Fn(&mut CloudHypervisorMachineSpec)| {
+        let MachineSpec::CloudHypervisor(spec) = &mut on.spec else {
+            unreachable!()
+        };
+        f(spec);
+    };
+
+    // No headroom (maxCPUs, maxMemoryMiB unset): the raise is written for the next boot.
+    resize(&mut on, &|s| {
+        s.cpus = 3;
+        s.memory_mib = 1024;
+    });
+    let obs = backend
+        .apply_changes(&on, &[F::Cpus, F::MemoryMib])
+        .await
+        .unwrap();
+    let (r, next) = (obs.resources.unwrap(), obs.next_boot.expect("a next boot"));
+    println!(
+        "running {}/{} MiB, next boot {}/{} MiB",
+        r.cpus, r.memory_mib, next.cpus, next.memory_mib
+    );
+    assert_eq!((r.cpus, r.memory_mib), (2, 512), "nothing live");
+    assert_eq!((next.cpus, next.memory_mib), (3, 1024));
+    assert!(!rig.operations(uid).contains(&"vm.resize".to_owned()));
+    let mut off = on.clone();
+    resize(&mut off, &|s| s.power_state = PowerState::PoweredOff);
+    settle(&backend, &off, PowerState::PoweredOff)
+        .await
+        .unwrap();
+    assert_eq!(rig.vmm_pids(uid), pids, "the VMM stays, its VM shut down");
+    // While off, a data disk grows on the host.
+    resize(&mut off, &|s| s.additional_disks[0].size_gib = 3);
+    let obs = backend
+        .apply_changes(&off, &[F::DataDiskSize])
+        .await
+        .unwrap();
+    assert_eq!(obs.resources.unwrap().data_disks[0].size_gib, 3);
+    assert_eq!(
+        std::fs::metadata(rig.machine_dir(uid).join("data-0.raw"))
+            .unwrap()
+            .len(),
+        3 << 30
+    );
+    resize(&mut on, &|s| s.additional_disks[0].size_gib = 3);
+    let obs = settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    let r = obs.resources.unwrap();
+    assert_eq!(
+        (r.cpus, r.memory_mib),
+        (3, 1024),
+        "the next boot's sizes run"
+    );
+    assert_eq!(obs.next_boot, None);
+    assert_eq!(rig.vmm_pids(uid), pids, "in the same VMM");
+    let ops = rig.operations(uid);
+    println!("{ops:?}");
+    assert_eq!(count(&ops, "vm.delete"), 1, "the VM made anew: {ops:?}");
+    assert_eq!(count(&ops, "vm.create"), 2, "{ops:?}");
+
+    // With room, a raise that is not whole 128 MiB blocks is refused before anything
+    // is sent, naming the field; a whole one is live.
+    let uid2 = "0c0ffee0-0000-4000-8000-000000000039";
+    let mut roomy = request(&rig, uid2, "PoweredOn", None);
+    resize(&mut roomy, &|s| s.max_memory_mib = Some(2048));
+    settle(&backend, &roomy, PowerState::PoweredOn)
+        .await
+        .unwrap();
+    resize(&mut roomy, &|s| s.memory_mib = 600);
+    let e = backend
+        .apply_changes(&roomy, &[F::MemoryMib])
+        .await
+        .unwrap_err();
+    println!("{}: {}", e.reason, e.message);
+    assert_eq!(e.reason, "MemoryStepUnaligned");
+    assert!(!e.is_transient());
+    assert!(!rig.operations(uid2).contains(&"vm.resize".to_owned()));
+    resize(&mut roomy, &|s| s.memory_mib = 640);
+    let obs = backend
+        .apply_changes(&roomy, &[F::MemoryMib])
+        .await
+        .unwrap();
+    assert_eq!(obs.resources.unwrap().memory_mib, 640);
+    assert_eq!(
+        vm_info(&rig, uid2)["config"]["memory"]["size"],
+        640u64 << 20
+    );
+
+    for req in [&on, &roomy] {
+        assert_eq!(backend.delete(&req.identity).await.unwrap(), Deletion::Gone);
+    }
+    rig.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_qcow2_image_becomes_an_overlay_the_vmm_is_told_to_follow() {
     let rig = ChRig::new(FAKE, Guest::Exit);
     let Some(base) = rig.qcow2_image() else {
