@@ -199,7 +199,7 @@ pub fn resize_body(
             .is_some_and(|max| spec.memory_mib <= max)
     {
         let added = (spec.memory_mib - running.memory_mib) << 20;
-        if added % MEMORY_STEP != 0 {
+        if !added.is_multiple_of(MEMORY_STEP) {
             return Err(BackendError::terminal(
                 "MemoryStepUnaligned",
                 format!(

@@ -234,7 +234,7 @@ impl Vmm {
             let size = config["memory"]["size"].as_u64().unwrap_or(0);
             let room = config["memory"]["hotplug_size"].as_u64().unwrap_or(0);
             if live && want > size {
-                if (want - size) % HOTPLUG_BLOCK != 0 {
+                if !(want - size).is_multiple_of(HOTPLUG_BLOCK) {
                     return error(
                         500,
                         &[
