@@ -810,6 +810,26 @@ impl Backend for ChBackend {
                         .await
                         .map_err(|e| named(e.into_backend("vm.resize")))?;
                 }
+                if fields.contains(&MachineField::Networks) {
+                    let (remove, add) = changes::net_changes(&record.uid, spec, &vmm["net"])?;
+                    for id in remove {
+                        info!(uid = %record.uid, %id, "vm.remove-device");
+                        client
+                            .put("vm.remove-device", Some(&serde_json::json!({"id": id})))
+                            .await
+                            .map_err(|e| named(e.into_backend("vm.remove-device")))?;
+                    }
+                    for body in &add {
+                        info!(uid = %record.uid, %body, "vm.add-net");
+                        client
+                            .put("vm.add-net", Some(body))
+                            .await
+                            .map_err(|e| named(e.into_backend("vm.add-net")))?;
+                    }
+                    if !add.is_empty() {
+                        prepare::attach_bridges(&record.uid, spec).await?;
+                    }
+                }
                 if fields.contains(&MachineField::DataDiskSize) {
                     for (name, body) in changes::resize_disk_bodies(spec, &record, &running) {
                         info!(uid = %record.uid, disk = %name, %body, "vm.resize-disk");
@@ -849,7 +869,7 @@ impl Backend for ChBackend {
             _ => {}
         }
         for field in fields {
-            changes::stage(&mut record.config, spec, *field);
+            changes::stage(&mut record, spec, *field);
         }
         dir.save(&record)?;
         let info = if alive {

@@ -48,11 +48,17 @@ pub const MEMORY_STEP: u64 = 128 << 20;
 ///   document has it: CH grows the raw file and tells the guest); a machine that is
 ///   off has its file grown. Disks never shrink (admission refuses it; **Never**).
 ///
+/// - `networks`: **Live** both ways. An interface added at the end is hot-plugged
+///   with `vm.add-net` (its tap, MAC and MTU, id `net<n>`, joined to its bridge), one
+///   removed from the end is unplugged with `vm.remove-device`. The guest configures
+///   an added interface itself (the NoCloud seed is read at first boot only), so an
+///   added interface whose `ipam.mode` is not `dhcp` is refused
+///   (`NetworkIpamNotLive`) rather than added without its addresses.
+///
 /// Not listed, so **Never**: `coresPerSocket` (no topology is set), `osDiskSize`
 /// (the OS disk may be a qcow2 overlay, which `vm.resize-disk` does not grow), data
-/// disks added or removed and network devices added or removed (`vm.add-disk`,
-/// `vm.add-net`, `vm.remove-device` exist, but banlieue does not drive them yet), and
-/// `firmware` (CH boots what the image names; both `bios` and `efi` are accepted
+/// disks added or removed (`vm.add-disk` exists, but banlieue does not drive it
+/// yet), and `firmware` (CH boots what the image names; both `bios` and `efi` are accepted
 /// and change nothing).
 pub fn change_table() -> Vec<ChangeRule> {
     use ChangeMode::{Live, Never, NextBoot};
@@ -61,6 +67,7 @@ pub fn change_table() -> Vec<ChangeRule> {
         ChangeRule::both(F::Cpus, Live),
         ChangeRule::grow_shrink(F::MemoryMib, Live, NextBoot),
         ChangeRule::grow_shrink(F::DataDiskSize, Live, Never),
+        ChangeRule::both(F::Networks, Live),
     ]
 }
 
@@ -167,13 +174,67 @@ pub fn sizes_differ(vmm: &Value, record: &Value) -> bool {
     pick(vmm) != pick(record)
 }
 
-/// Writes `field` of `spec` into the configuration the next boot is made from.
-pub fn stage(config: &mut Value, spec: &CloudHypervisorMachineSpec, field: MachineField) {
+/// Writes `field` of `spec` into the record, whose configuration the next boot is
+/// made from (and whose MACs and interfaces report addresses).
+pub fn stage(record: &mut Record, spec: &CloudHypervisorMachineSpec, field: MachineField) {
     match field {
-        MachineField::Cpus => config["cpus"] = config::cpus(spec),
-        MachineField::MemoryMib => config["memory"] = config::memory(spec),
+        MachineField::Cpus => record.config["cpus"] = config::cpus(spec),
+        MachineField::MemoryMib => record.config["memory"] = config::memory(spec),
+        MachineField::Networks => {
+            let macs = config::macs(&record.uid, spec);
+            record.config["net"] = spec
+                .network
+                .iter()
+                .zip(&macs)
+                .enumerate()
+                .map(|(i, (nic, mac))| config::net(&record.uid, i, nic, mac))
+                .collect();
+            record.macs = macs;
+            record.interfaces = spec.network.clone();
+        }
         _ => {}
     }
+}
+
+/// The interfaces to unplug (`vm.remove-device` ids) and to hot-plug (`vm.add-net`
+/// bodies) so that a VM whose `net` is `running` has `spec`'s: ids `net<n>` beyond
+/// the spec's count go, the spec's missing ones come. An added interface that is not
+/// DHCP is refused: its addresses would never reach the guest.
+pub fn net_changes(
+    uid: &str,
+    spec: &CloudHypervisorMachineSpec,
+    running: &Value,
+) -> Result<(Vec<String>, Vec<Value>), BackendError> {
+    let have: Vec<&str> = running
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["id"].as_str())
+        .collect();
+    let want: Vec<String> = (0..spec.network.len()).map(|i| format!("net{i}")).collect();
+    let remove = have
+        .iter()
+        .filter(|id| !want.iter().any(|w| w == *id))
+        .map(|id| (*id).to_owned())
+        .collect();
+    let macs = config::macs(uid, spec);
+    let mut add = Vec::new();
+    for (i, nic) in spec.network.iter().enumerate() {
+        if have.contains(&want[i].as_str()) {
+            continue;
+        }
+        if nic.ipam.mode != banlieue_sdk::api::common::IpamMode::Dhcp {
+            return Err(BackendError::terminal(
+                "NetworkIpamNotLive",
+                format!(
+                    "networks: interface {i} asks for {:?} addresses, which reach the guest only through its first boot's NoCloud seed; add it with ipam mode dhcp, or make a new machine",
+                    nic.ipam.mode
+                ),
+            ));
+        }
+        add.push(config::net(uid, i, nic, &macs[i]));
+    }
+    Ok((remove, add))
 }
 
 /// The `vm.resize` body for the live part of `fields` on a running machine
@@ -340,6 +401,41 @@ mod tests {
     }
 
     #[test]
+    fn interfaces_are_plugged_and_unplugged_at_the_end() {
+        let running = json!([{"id": "net0", "tap": "t0"}, {"id": "net1", "tap": "t1"}]);
+        let three = spec(json!({"network": [{}, {}, {"mtu": 9000}]}));
+        let (remove, add) = net_changes("u", &three, &running).unwrap();
+        assert!(remove.is_empty());
+        assert_eq!(add.len(), 1);
+        assert_eq!(add[0]["id"], "net2");
+        assert_eq!(add[0]["tap"], config::tap("u", 2));
+        assert_eq!(add[0]["mac"], config::mac("u", 2, None));
+        assert_eq!(add[0]["mtu"], 9000);
+        let errors = fake_cloud_hypervisor::Spec::bundled().check_request(
+            "PUT",
+            "/api/v1/vm.add-net",
+            Some("application/json"),
+            add[0].to_string().as_bytes(),
+        );
+        assert_eq!(errors, Vec::<String>::new());
+        let one = spec(json!({"network": [{}]}));
+        assert_eq!(
+            net_changes("u", &one, &running).unwrap(),
+            (vec!["net1".to_owned()], vec![])
+        );
+        let stat = spec(
+            json!({"network": [{}, {}, {"ipam": {"mode": "static", "addresses": ["10.0.0.5/24"]}}]}),
+        );
+        let e = net_changes("u", &stat, &running).unwrap_err();
+        assert_eq!(e.reason, "NetworkIpamNotLive");
+        assert!(
+            e.message.starts_with("networks: interface 2"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
     fn disks_grow_by_their_recorded_ids() {
         let record = Record {
             disk_names: vec!["data".into(), "logs".into()],
@@ -368,19 +464,35 @@ mod tests {
     #[test]
     fn staging_writes_the_next_boots_sizes() {
         let s = spec(json!({"cpus": 6, "maxCPUs": 8, "memoryMiB": 1536, "maxMemoryMiB": 4096}));
-        let mut config = json!({"cpus": {"boot_vcpus": 2, "max_vcpus": 4},
-                                "memory": {"size": 1u64 << 30, "hotplug_size": 1u64 << 30}});
-        let before = config.clone();
-        stage(&mut config, &s, MachineField::Cpus);
-        assert_eq!(config["cpus"], json!({"boot_vcpus": 6, "max_vcpus": 8}));
-        assert_eq!(config["memory"], before["memory"], "only the field named");
-        stage(&mut config, &s, MachineField::MemoryMib);
+        let mut record = Record {
+            uid: "u".into(),
+            config: json!({"cpus": {"boot_vcpus": 2, "max_vcpus": 4},
+                           "memory": {"size": 1u64 << 30, "hotplug_size": 1u64 << 30}}),
+            ..Default::default()
+        };
+        let before = record.config.clone();
+        stage(&mut record, &s, MachineField::Cpus);
         assert_eq!(
-            config["memory"],
+            record.config["cpus"],
+            json!({"boot_vcpus": 6, "max_vcpus": 8})
+        );
+        assert_eq!(
+            record.config["memory"], before["memory"],
+            "only the field named"
+        );
+        stage(&mut record, &s, MachineField::MemoryMib);
+        assert_eq!(
+            record.config["memory"],
             json!({"size": 1536u64 << 20, "hotplug_size": 2560u64 << 20})
         );
-        assert!(sizes_differ(&before, &config));
-        assert!(!sizes_differ(&config, &config.clone()));
+        assert!(sizes_differ(&before, &record.config));
+        assert!(!sizes_differ(&record.config, &record.config.clone()));
+        let two = spec(json!({"network": [{"macAddress": "52:54:00:00:00:0a"}, {"mtu": 1400}]}));
+        stage(&mut record, &two, MachineField::Networks);
+        assert_eq!(record.macs[0], "52:54:00:00:00:0a");
+        assert_eq!(record.config["net"][1]["id"], "net1");
+        assert_eq!(record.config["net"][1]["mtu"], 1400);
+        assert_eq!(record.interfaces.len(), 2);
     }
 
     #[test]
@@ -443,11 +555,12 @@ mod tests {
         assert_eq!(mode(MachineField::MemoryMib, true), Live);
         assert_eq!(mode(MachineField::MemoryMib, false), NextBoot);
         assert_eq!(mode(MachineField::DataDiskSize, true), Live);
+        assert_eq!(mode(MachineField::Networks, true), Live);
+        assert_eq!(mode(MachineField::Networks, false), Live);
         for never in [
             MachineField::CoresPerSocket,
             MachineField::OsDiskSize,
             MachineField::DataDisks,
-            MachineField::Networks,
             MachineField::Firmware,
         ] {
             assert_eq!(mode(never, true), Never, "{never:?}");

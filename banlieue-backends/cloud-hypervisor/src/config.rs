@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
+use banlieue_sdk::api::infra::cloud_hypervisor::{
+    CloudHypervisorMachineSpec, CloudHypervisorNetworkInterface,
+};
 use banlieue_sdk::api::vm_image::DiskFormat;
 use banlieue_sdk::backend::BackendError;
 use serde_json::{Value, json};
@@ -129,13 +131,7 @@ pub fn vm_config(
         .iter()
         .zip(macs)
         .enumerate()
-        .map(|(i, (nic, mac))| {
-            let mut n = json!({"id": format!("net{i}"), "tap": tap(uid, i), "mac": mac});
-            if let Some(mtu) = nic.mtu {
-                n["mtu"] = json!(mtu);
-            }
-            n
-        })
+        .map(|(i, (nic, mac))| net(uid, i, nic, mac))
         .collect();
     Ok(json!({
         "payload": payload,
@@ -150,6 +146,24 @@ pub fn vm_config(
         // `uuid` (deprecated for `system_uuid` in newer releases) is what v48 takes.
         "platform": {"uuid": uid, "oem_strings": [format!("banlieue.io/uid={uid}")]},
     }))
+}
+
+/// The `NetConfig` of interface `index`: id `net<index>`, its tap and MAC, its MTU.
+pub fn net(uid: &str, index: usize, nic: &CloudHypervisorNetworkInterface, mac: &str) -> Value {
+    let mut n = json!({"id": format!("net{index}"), "tap": tap(uid, index), "mac": mac});
+    if let Some(mtu) = nic.mtu {
+        n["mtu"] = json!(mtu);
+    }
+    n
+}
+
+/// The MAC of every interface of `spec`, in order ([`mac`]).
+pub fn macs(uid: &str, spec: &CloudHypervisorMachineSpec) -> Vec<String> {
+    spec.network
+        .iter()
+        .enumerate()
+        .map(|(i, nic)| mac(uid, i, nic.mac_address.as_deref()))
+        .collect()
 }
 
 /// The `cpus` section: `cpus` at boot, room to hot-add up to `maxCPUs` (default: none).

@@ -200,6 +200,8 @@ impl Vmm {
             (_, _) if state.is_none() => error(404, &["VM is not created"]),
             ("PUT", "vm.resize") => self.resize(body.unwrap_or(&Value::Null)),
             ("PUT", "vm.resize-disk") => self.resize_disk(body.unwrap_or(&Value::Null)),
+            ("PUT", "vm.add-net") => self.add_net(body.unwrap_or(&Value::Null)),
+            ("PUT", "vm.remove-device") => self.remove_device(body.unwrap_or(&Value::Null)),
             (_, op) => error(500, &[&format!("{op} is not implemented by the fake")]),
         }
     }
@@ -325,6 +327,78 @@ impl Vmm {
         }
     }
 
+    /// `vm.add-net`: the interface joins the VM's `net` (an id is given when none is
+    /// asked); a booted VM answers 200 with its PCI address (hot-plugged), one not
+    /// booted 204 (cold-added, upstream's answers). An id in use is a 409.
+    fn add_net(&mut self, body: &Value) -> Reply {
+        let Some((config, state)) = &mut self.vm else {
+            return error(404, &["VM is not created"]);
+        };
+        let ids = device_ids(config);
+        let mut net = body.clone();
+        let id = match net["id"].as_str() {
+            Some(id) if ids.contains(&id.to_owned()) => {
+                return error(
+                    409,
+                    &[
+                        "Error adding the network device",
+                        &format!("identifier {id} already exists"),
+                    ],
+                );
+            }
+            Some(id) => id.to_owned(),
+            None => (0..)
+                .map(|n| format!("_net{n}"))
+                .find(|id| !ids.contains(id))
+                .expect("a free id"),
+        };
+        net["id"] = json!(id);
+        if !config["net"].is_array() {
+            config["net"] = json!([]);
+        }
+        let list = config["net"].as_array_mut().expect("an array");
+        list.push(net);
+        let slot = ids.len() + list.len() + 1;
+        match state {
+            VmState::Running | VmState::Paused => {
+                json(json!({"id": id, "bdf": format!("0000:00:{slot:02x}.0")}))
+            }
+            _ => ok(),
+        }
+    }
+
+    /// `vm.remove-device`: the device with the id (an interface, a disk, ...) leaves
+    /// the VM; an unknown id is a 404.
+    fn remove_device(&mut self, body: &Value) -> Reply {
+        let Some((config, _)) = &mut self.vm else {
+            return error(404, &["VM is not created"]);
+        };
+        let id = body["id"].as_str().unwrap_or_default();
+        for list in [
+            "net",
+            "disks",
+            "fs",
+            "pmem",
+            "devices",
+            "vdpa",
+            "user_devices",
+        ] {
+            if let Some(items) = config[list].as_array_mut()
+                && let Some(at) = items.iter().position(|d| d["id"].as_str() == Some(id))
+            {
+                items.remove(at);
+                return ok();
+            }
+        }
+        error(
+            404,
+            &[
+                "Error removing the device",
+                &format!("no device with identifier {id:?}"),
+            ],
+        )
+    }
+
     fn transition(&mut self, from: &[VmState], to: VmState) -> Reply {
         match &mut self.vm {
             None => error(404, &["VM is not created"]),
@@ -373,6 +447,23 @@ fn check_config(config: &Value) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Every device id the VM's configuration names.
+fn device_ids(config: &Value) -> Vec<String> {
+    [
+        "net",
+        "disks",
+        "fs",
+        "pmem",
+        "devices",
+        "vdpa",
+        "user_devices",
+    ]
+    .iter()
+    .flat_map(|list| config[*list].as_array().into_iter().flatten())
+    .filter_map(|d| d["id"].as_str().map(str::to_owned))
+    .collect()
 }
 
 /// Files CH opens when it boots: payload and disks must exist.
@@ -513,6 +604,47 @@ mod tests {
             404
         );
         assert_eq!(std::fs::metadata(&data).unwrap().len(), 2 << 30);
+    }
+
+    #[test]
+    fn interfaces_are_hot_plugged_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let kernel = dir.path().join("vmlinux");
+        std::fs::write(&kernel, b"k").unwrap();
+        let mut vmm = Vmm::new(7);
+        let add = |vmm: &mut Vmm, body: Value| vmm.handle("PUT", "vm.add-net", Some(&body));
+        let config = json!({"payload": {"kernel": kernel}, "net": [{"id": "net0", "tap": "t0"}]});
+        assert_eq!(add(&mut vmm, json!({"id": "net1"})).status, 404);
+        assert_eq!(vmm.handle("PUT", "vm.create", Some(&config)).status, 204);
+        assert_eq!(
+            add(&mut vmm, json!({"id": "net1", "tap": "t1"})).status,
+            204,
+            "cold"
+        );
+        assert_eq!(vmm.handle("PUT", "vm.boot", None).status, 204);
+        let hot = add(
+            &mut vmm,
+            json!({"id": "net2", "tap": "t2", "mac": "52:54:00:00:00:02"}),
+        );
+        assert_eq!(hot.status, 200);
+        assert_eq!(hot.body.unwrap()["id"], "net2");
+        assert_eq!(add(&mut vmm, json!({"id": "net2"})).status, 409);
+        let info = vmm.handle("GET", "vm.info", None).body.unwrap();
+        assert_eq!(info["config"]["net"][2]["mac"], "52:54:00:00:00:02");
+        let remove = |vmm: &mut Vmm, id: &str| {
+            vmm.handle("PUT", "vm.remove-device", Some(&json!({"id": id})))
+                .status
+        };
+        assert_eq!(remove(&mut vmm, "net1"), 204);
+        assert_eq!(remove(&mut vmm, "net1"), 404);
+        let info = vmm.handle("GET", "vm.info", None).body.unwrap();
+        let ids: Vec<&str> = info["config"]["net"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["net0", "net2"]);
     }
 
     #[test]

@@ -1311,6 +1311,53 @@ async fn a_running_machine_is_resized_live_within_its_headroom_and_beyond_it_at_
             json!({"path": "/api/v1/vm.resize-disk", "request": {"id": "data0", "desired_size": 2u64 << 30}, "status": 204}),
         ]
     );
+    // Live: an interface hot-plugged at the end, then unplugged.
+    let nic = |mac: &str| json!({"macAddress": mac});
+    for (nics, count) in [
+        (
+            json!([nic("52:54:00:c0:ff:31"), nic("52:54:00:c0:ff:32")]),
+            2u32,
+        ),
+        (json!([nic("52:54:00:c0:ff:31")]), 1),
+    ] {
+        patch_spec(&machines, "grow", json!({"network": nics})).await;
+        wait_for(&machines, "grow", WAIT, |m| {
+            up_to_date(m) && running(m).is_some_and(|r| r.networks == count)
+        })
+        .await;
+        let net = vm_info(&rig, &uid)["config"]["net"].clone();
+        println!("networks {count}: vm.info net {net}");
+        let macs: Vec<&str> = net
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["mac"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            macs,
+            ["52:54:00:c0:ff:31", "52:54:00:c0:ff:32"][..count as usize]
+        );
+    }
+    let plugged: Vec<Value> = rig
+        .exchanges()
+        .into_iter()
+        .filter(|e| e["path"] == "/api/v1/vm.add-net" || e["path"] == "/api/v1/vm.remove-device")
+        .map(|e| json!({"path": e["path"], "id": e["request"]["id"], "status": e["status"]}))
+        .collect();
+    assert_eq!(
+        plugged,
+        [
+            json!({"path": "/api/v1/vm.add-net", "id": "net1", "status": 200}),
+            json!({"path": "/api/v1/vm.remove-device", "id": "net1", "status": 204}),
+        ]
+    );
+    assert_eq!(
+        rig.state(&uid).unwrap()["config"]["net"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
     assert_eq!(rig.vmm_pids(&uid), pid, "all live: the same VMM");
 
     // Beyond the headroom: written for the next boot, the machine keeps running.
