@@ -43,6 +43,16 @@
 //! 5. **Delete**: `vm.delete`, `vmm.shutdown`, SIGTERM then SIGKILL if the process
 //!    lingers, then the directory is removed.
 //!
+//! **Changes** to a machine that exists ([`changes`]): `cpus` live both ways with
+//! `vm.resize` up to `maxCPUs` (the VM's `max_vcpus`); `memoryMiB` raised live with
+//! `vm.resize` within `maxMemoryMiB` (the VM's `memory.hotplug_size` room, 128 MiB
+//! steps), lowered at the next boot; data disks grown live with `vm.resize-disk`;
+//! interfaces added or removed at the end live with `vm.add-net` and
+//! `vm.remove-device`. A change beyond `max_vcpus` or the memory room, which CH cannot
+//! change while the VM exists, is written to the record's `VmConfig` and taken at the
+//! next power-on, which makes the VM anew from it. What runs is read back from
+//! `vm.info` and the disk files; every other field is fixed when the machine is made.
+//!
 //! **Disk transfer** ([`disks`], `migration.strategy: CopyDisk`): export copies a
 //! stopped machine's disk files into the staging directory as flat sparse raw files
 //! (`qemu-img convert`); import copies raw files into `<uid>.imported`, and
