@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use banlieue_sdk::api::common::PowerState;
 use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
+use banlieue_sdk::api::resources::MachineField;
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, BackendFactory, Connection, Deletion, DiskTransfer, ImageLookup,
@@ -16,6 +17,7 @@ use banlieue_sdk::backend::{
 use tracing::{info, warn};
 
 use crate::addresses;
+use crate::changes;
 use crate::client::{ApiError, VmmClient};
 use crate::disks::import;
 use crate::inventory;
@@ -277,6 +279,11 @@ impl ChBackend {
             .ok_or_else(|| BackendError::transient("VMMUnreachable", "no version from vmm.ping"))
     }
 
+    /// The machine as observed. `vmm` is the VM configuration `vm.info` returned for a
+    /// VM that runs (or is paused): what it runs with is read from it, and the record's
+    /// configuration, when its sizes differ, is what the next boot uses. A machine that
+    /// is off runs with nothing: its resources are those of the configuration its next
+    /// boot is made from (the record's).
     fn observation(
         &self,
         record: &Record,
@@ -284,7 +291,22 @@ impl ChBackend {
         spec: Option<&CloudHypervisorMachineSpec>,
         power: PowerState,
         pending: Option<Pending>,
+        vmm: Option<&serde_json::Value>,
     ) -> MachineObservation {
+        let (resources, next_boot) = match (power, vmm) {
+            (PowerState::PoweredOff, _) => (
+                Some(changes::resources(dir.path(), record, &record.config, None)),
+                None,
+            ),
+            (_, Some(config)) => {
+                let running = changes::resources(dir.path(), record, config, record.booted_memory);
+                let next = changes::sizes_differ(config, &record.config)
+                    .then(|| changes::resources(dir.path(), record, &record.config, None));
+                (Some(running), next)
+            }
+            // On, but not read back: say so rather than guess.
+            (_, None) => (None, None),
+        };
         let interfaces = spec.map_or(&record.interfaces, |s| &s.network);
         let addresses = if power == PowerState::PoweredOn {
             addresses::addresses(
@@ -297,8 +319,8 @@ impl ChBackend {
             Vec::new()
         };
         MachineObservation {
-            next_boot: None,
-            resources: None,
+            next_boot,
+            resources,
             provider_id: Some(format!("cloud-hypervisor://{}", record.uid)),
             power_state: Some(power),
             addresses,
@@ -373,12 +395,28 @@ impl ChBackend {
             .await
             .map_err(|e| self.unresponsive(record, e, "vm.info"))?;
         self.answered(&record.uid);
-        let mut state = info.map(|i| i.state);
+        let mut state = info.as_ref().map(|i| i.state.clone());
+        // A VM that does not run and whose sizes differ from the record's (a change
+        // written for its next boot) is made anew from the record: CH keeps a VM's
+        // configuration across its boots.
+        if let Some(info) = &info
+            && matches!(info.state.as_str(), "Created" | "Shutdown")
+            && changes::sizes_differ(&info.config, &record.config)
+        {
+            info!(uid = %record.uid, "the VM's next boot has other sizes: making it anew");
+            client
+                .put("vm.delete", None)
+                .await
+                .map_err(api("vm.delete"))?;
+            state = None;
+        }
         if state.is_none() {
             client
                 .put("vm.create", Some(&record.config))
                 .await
                 .map_err(api("vm.create"))?;
+            record.booted_memory = record.config["memory"]["size"].as_u64();
+            dir.save(record)?;
             state = Some("Created".into());
         }
         let booted = matches!(state.as_deref(), Some("Created" | "Shutdown"));
@@ -412,7 +450,20 @@ impl ChBackend {
             }
             _ => {}
         }
-        Ok(self.observation(record, dir, Some(spec), power_of(state.as_deref()), None))
+        // Read back after whatever was done: what runs is what the VMM says.
+        let vmm = client
+            .info()
+            .await
+            .map_err(|e| self.unresponsive(record, e, "vm.info"))?
+            .map(|i| i.config);
+        Ok(self.observation(
+            record,
+            dir,
+            Some(spec),
+            power_of(state.as_deref()),
+            None,
+            vmm.as_ref(),
+        ))
     }
 
     /// Powers a machine off: the ACPI power button first, `vm.shutdown` after the
@@ -434,15 +485,23 @@ impl ChBackend {
                 record.pid = None;
                 dir.save(record)?;
             }
-            return Ok(self.observation(record, dir, Some(spec), PowerState::PoweredOff, None));
+            return Ok(self.observation(
+                record,
+                dir,
+                Some(spec),
+                PowerState::PoweredOff,
+                None,
+                None,
+            ));
         }
         let client = self.client(dir);
         let api = |op: &'static str| move |e: ApiError| e.into_backend(op);
-        let state = client
+        let info = client
             .info()
             .await
-            .map_err(|e| self.unresponsive(record, e, "vm.info"))?
-            .map(|i| i.state);
+            .map_err(|e| self.unresponsive(record, e, "vm.info"))?;
+        let state = info.as_ref().map(|i| i.state.clone());
+        let vmm = info.as_ref().map(|i| &i.config);
         self.answered(&record.uid);
         if record.intent != Intent::Stop {
             record.intent = Intent::Stop;
@@ -467,6 +526,7 @@ impl ChBackend {
                     Some(spec),
                     PowerState::PoweredOn,
                     self.pending("PoweringOff", task),
+                    vmm,
                 ))
             }
             Some("Running" | "Paused") => {
@@ -481,6 +541,7 @@ impl ChBackend {
                         Some(spec),
                         PowerState::PoweredOn,
                         self.pending("PoweringOff", task),
+                        vmm,
                     ));
                 }
                 client
@@ -489,13 +550,13 @@ impl ChBackend {
                     .map_err(api("vm.shutdown"))?;
                 record.power_button_ms = None;
                 dir.save(record)?;
-                Ok(self.observation(record, dir, Some(spec), PowerState::PoweredOff, None))
+                Ok(self.observation(record, dir, Some(spec), PowerState::PoweredOff, None, None))
             }
             _ => {
                 if record.power_button_ms.take().is_some() {
                     dir.save(record)?;
                 }
-                Ok(self.observation(record, dir, Some(spec), PowerState::PoweredOff, None))
+                Ok(self.observation(record, dir, Some(spec), PowerState::PoweredOff, None, None))
             }
         }
     }
@@ -622,17 +683,19 @@ impl Backend for ChBackend {
         let alive = record
             .pid
             .is_some_and(|p| supervisor::alive(p, &dir.socket()));
-        let power = if alive {
-            let info = self
-                .client(&dir)
+        let info = if alive {
+            self.client(&dir)
                 .info()
                 .await
-                .map_err(|e| e.into_backend("vm.info"))?;
-            power_of(info.as_ref().map(|i| i.state.as_str()))
+                .map_err(|e| e.into_backend("vm.info"))?
         } else {
-            PowerState::PoweredOff
+            None
         };
-        Ok(Some(self.observation(&record, &dir, None, power, None)))
+        let power = power_of(info.as_ref().map(|i| i.state.as_str()));
+        let vmm = info.as_ref().map(|i| &i.config);
+        Ok(Some(
+            self.observation(&record, &dir, None, power, None, vmm),
+        ))
     }
 
     async fn delete(&self, identity: &MachineIdentity) -> Result<Deletion, BackendError> {
@@ -676,6 +739,150 @@ impl Backend for ChBackend {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Deletion::Gone),
             Err(e) => Err(host_error("removing", dir.path(), e)),
         }
+    }
+
+    /// Applies `fields` ([`changes::change_table`]): on a running VM, `vm.resize`
+    /// for vCPUs and memory within its ceilings and `vm.resize-disk` for larger data
+    /// disks; every field is also written into the record's configuration, so the
+    /// next boot (a new VMM, or the VM made anew) has it — which is all a change
+    /// beyond a ceiling, a memory shrink, or any change to a machine that is off,
+    /// gets. A machine that is off has its data disk files grown. The machine is then
+    /// read back from the VMM.
+    async fn apply_changes(
+        &self,
+        request: &MachineRequest,
+        fields: &[MachineField],
+    ) -> Result<MachineObservation, BackendError> {
+        let spec = spec_of(request)?;
+        let table = changes::change_table();
+        if let Some(field) = fields
+            .iter()
+            .find(|f| !table.iter().any(|r| r.field == **f))
+        {
+            return Err(BackendError::terminal(
+                "ChangeUnsupported",
+                format!(
+                    "{}: Cloud Hypervisor machines do not take this change after they are made",
+                    field.as_str()
+                ),
+            ));
+        }
+        let names = fields
+            .iter()
+            .map(|f| f.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let named = |e: BackendError| BackendError {
+            message: format!("{names}: {}", e.message),
+            ..e
+        };
+        let dir = self.dir_of(&request.identity)?;
+        let _guard = lock(dir.path()).await;
+        let Some(mut record) = dir.load()? else {
+            return Err(BackendError::transient(
+                "MachineNotFound",
+                format!(
+                    "{names}: no machine directory {} to change",
+                    dir.path().display()
+                ),
+            ));
+        };
+        let client = self.client(&dir);
+        let alive = record
+            .pid
+            .is_some_and(|p| supervisor::alive(p, &dir.socket()));
+        let info = if alive {
+            client
+                .info()
+                .await
+                .map_err(|e| named(e.into_backend("vm.info")))?
+        } else {
+            None
+        };
+        match info.as_ref().map(|i| i.state.as_str()) {
+            Some("Running") => {
+                let vmm = &info.as_ref().expect("matched").config;
+                let running = changes::resources(dir.path(), &record, vmm, record.booted_memory);
+                if let Some(body) = changes::resize_body(spec, fields, &running)? {
+                    info!(uid = %record.uid, %body, "vm.resize");
+                    client
+                        .put("vm.resize", Some(&body))
+                        .await
+                        .map_err(|e| named(e.into_backend("vm.resize")))?;
+                }
+                if fields.contains(&MachineField::Networks) {
+                    let (remove, add) = changes::net_changes(&record.uid, spec, &vmm["net"])?;
+                    for id in remove {
+                        info!(uid = %record.uid, %id, "vm.remove-device");
+                        client
+                            .put("vm.remove-device", Some(&serde_json::json!({"id": id})))
+                            .await
+                            .map_err(|e| named(e.into_backend("vm.remove-device")))?;
+                    }
+                    for body in &add {
+                        info!(uid = %record.uid, %body, "vm.add-net");
+                        client
+                            .put("vm.add-net", Some(body))
+                            .await
+                            .map_err(|e| named(e.into_backend("vm.add-net")))?;
+                    }
+                    if !add.is_empty() {
+                        prepare::attach_bridges(&record.uid, spec).await?;
+                    }
+                }
+                if fields.contains(&MachineField::DataDiskSize) {
+                    for (name, body) in changes::resize_disk_bodies(spec, &record, &running) {
+                        info!(uid = %record.uid, disk = %name, %body, "vm.resize-disk");
+                        client
+                            .put("vm.resize-disk", Some(&body))
+                            .await
+                            .map_err(|e| {
+                                let e = e.into_backend("vm.resize-disk");
+                                BackendError {
+                                    message: format!("dataDiskSize {name}: {}", e.message),
+                                    ..e
+                                }
+                            })?;
+                    }
+                }
+            }
+            Some("Paused") => {
+                // A paused guest cannot answer the ACPI hot-plug notification.
+                return Err(BackendError::transient(
+                    "MachinePaused",
+                    format!("{names}: applied once the machine is resumed"),
+                )
+                .retry_after(self.settings.poll_interval * 10));
+            }
+            _ if fields.contains(&MachineField::DataDiskSize) => {
+                // Off: nothing holds the files but banlieue.
+                let off = changes::resources(dir.path(), &record, &record.config, None);
+                for (name, body) in changes::resize_disk_bodies(spec, &record, &off) {
+                    let index = record.disk_names.iter().position(|n| *n == name);
+                    let (Some(index), Some(bytes)) = (index, body["desired_size"].as_u64()) else {
+                        continue;
+                    };
+                    let path = dir.path().join(crate::config::data_disk_name(index));
+                    prepare::grow(&path, bytes).map_err(named)?;
+                }
+            }
+            _ => {}
+        }
+        for field in fields {
+            changes::stage(&mut record, spec, *field);
+        }
+        dir.save(&record)?;
+        let info = if alive {
+            client
+                .info()
+                .await
+                .map_err(|e| named(e.into_backend("vm.info")))?
+        } else {
+            None
+        };
+        let power = power_of(info.as_ref().map(|i| i.state.as_str()));
+        let vmm = info.as_ref().map(|i| &i.config);
+        Ok(self.observation(&record, &dir, Some(spec), power, None, vmm))
     }
 
     /// Export and import of the machine's disk files ([`crate::disks`]).

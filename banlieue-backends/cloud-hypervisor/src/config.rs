@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
+use banlieue_sdk::api::infra::cloud_hypervisor::{
+    CloudHypervisorMachineSpec, CloudHypervisorNetworkInterface,
+};
 use banlieue_sdk::api::vm_image::DiskFormat;
 use banlieue_sdk::backend::BackendError;
 use serde_json::{Value, json};
@@ -129,24 +131,12 @@ pub fn vm_config(
         .iter()
         .zip(macs)
         .enumerate()
-        .map(|(i, (nic, mac))| {
-            let mut n = json!({"id": format!("net{i}"), "tap": tap(uid, i), "mac": mac});
-            if let Some(mtu) = nic.mtu {
-                n["mtu"] = json!(mtu);
-            }
-            n
-        })
+        .map(|(i, (nic, mac))| net(uid, i, nic, mac))
         .collect();
-    let cpus = spec.cpus;
-    let max = spec.max_cpus.unwrap_or(cpus).max(cpus);
-    let mut memory = json!({"size": spec.memory_mib << 20});
-    if spec.hugepages {
-        memory["hugepages"] = json!(true);
-    }
     Ok(json!({
         "payload": payload,
-        "cpus": {"boot_vcpus": cpus, "max_vcpus": max},
-        "memory": memory,
+        "cpus": cpus(spec),
+        "memory": memory(spec),
         "disks": disks,
         "net": net,
         "rng": {"src": "/dev/urandom"},
@@ -156,6 +146,47 @@ pub fn vm_config(
         // `uuid` (deprecated for `system_uuid` in newer releases) is what v48 takes.
         "platform": {"uuid": uid, "oem_strings": [format!("banlieue.io/uid={uid}")]},
     }))
+}
+
+/// The `NetConfig` of interface `index`: id `net<index>`, its tap and MAC, its MTU.
+pub fn net(uid: &str, index: usize, nic: &CloudHypervisorNetworkInterface, mac: &str) -> Value {
+    let mut n = json!({"id": format!("net{index}"), "tap": tap(uid, index), "mac": mac});
+    if let Some(mtu) = nic.mtu {
+        n["mtu"] = json!(mtu);
+    }
+    n
+}
+
+/// The MAC of every interface of `spec`, in order ([`mac`]).
+pub fn macs(uid: &str, spec: &CloudHypervisorMachineSpec) -> Vec<String> {
+    spec.network
+        .iter()
+        .enumerate()
+        .map(|(i, nic)| mac(uid, i, nic.mac_address.as_deref()))
+        .collect()
+}
+
+/// The `cpus` section: `cpus` at boot, room to hot-add up to `maxCPUs` (default: none).
+pub fn cpus(spec: &CloudHypervisorMachineSpec) -> Value {
+    let max = spec.max_cpus.unwrap_or(spec.cpus).max(spec.cpus);
+    json!({"boot_vcpus": spec.cpus, "max_vcpus": max})
+}
+
+/// The `memory` section: `memoryMiB` at boot and, when `maxMemoryMiB` is larger, that
+/// much more as ACPI hot-plug room (`hotplug_size`, CH's default method).
+pub fn memory(spec: &CloudHypervisorMachineSpec) -> Value {
+    let mut memory = json!({"size": spec.memory_mib << 20});
+    let room = spec
+        .max_memory_mib
+        .unwrap_or(spec.memory_mib)
+        .saturating_sub(spec.memory_mib);
+    if room > 0 {
+        memory["hotplug_size"] = json!(room << 20);
+    }
+    if spec.hugepages {
+        memory["hugepages"] = json!(true);
+    }
+    memory
 }
 
 #[cfg(test)]
@@ -192,6 +223,7 @@ mod tests {
         assert_eq!(c["payload"]["kernel"], "/boot/vmlinux");
         assert_eq!(c["cpus"]["max_vcpus"], 2);
         assert_eq!(c["memory"]["size"], 1u64 << 30);
+        assert!(c["memory"].get("hotplug_size").is_none(), "no room asked");
         assert_eq!(c["disks"][0]["path"], "/state/u1/disk.raw");
         assert_eq!(c["disks"][1]["readonly"], true);
         assert_eq!(c["net"][0]["mtu"], 1400);
@@ -209,7 +241,7 @@ mod tests {
     fn the_config_matches_the_openapi_document() {
         let spec: CloudHypervisorMachineSpec = serde_json::from_value(json!({
             "image": {"firmware": "/usr/share/cloud-hypervisor/CLOUDHV.fd", "disk": "/i.qcow2"},
-            "cpus": 2, "maxCPUs": 4, "memoryMiB": 2048, "hugepages": true,
+            "cpus": 2, "maxCPUs": 4, "memoryMiB": 2048, "maxMemoryMiB": 4096, "hugepages": true,
             "additionalDisks": [{"name": "data", "sizeGiB": 10}],
             "network": [{"mtu": 9000, "macAddress": "52:54:00:12:34:56"}, {}]
         }))
@@ -224,6 +256,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config["disks"][0]["backing_files"], true);
+        assert_eq!(config["cpus"], json!({"boot_vcpus": 2, "max_vcpus": 4}));
+        assert_eq!(config["memory"]["size"], 2048u64 << 20);
+        assert_eq!(config["memory"]["hotplug_size"], 2048u64 << 20);
         let imported = vm_config("u", &spec, Path::new("/s/u"), &macs, OsDisk::imported()).unwrap();
         assert_eq!(imported["disks"][0]["path"], "/s/u/disk.raw");
         assert_eq!(imported["disks"][0]["image_type"], "Raw");

@@ -43,6 +43,16 @@
 //! 5. **Delete**: `vm.delete`, `vmm.shutdown`, SIGTERM then SIGKILL if the process
 //!    lingers, then the directory is removed.
 //!
+//! **Changes** to a machine that exists ([`changes`]): `cpus` live both ways with
+//! `vm.resize` up to `maxCPUs` (the VM's `max_vcpus`); `memoryMiB` raised live with
+//! `vm.resize` within `maxMemoryMiB` (the VM's `memory.hotplug_size` room, 128 MiB
+//! steps), lowered at the next boot; data disks grown live with `vm.resize-disk`;
+//! interfaces added or removed at the end live with `vm.add-net` and
+//! `vm.remove-device`. A change beyond `max_vcpus` or the memory room, which CH cannot
+//! change while the VM exists, is written to the record's `VmConfig` and taken at the
+//! next power-on, which makes the VM anew from it. What runs is read back from
+//! `vm.info` and the disk files; every other field is fixed when the machine is made.
+//!
 //! **Disk transfer** ([`disks`], `migration.strategy: CopyDisk`): export copies a
 //! stopped machine's disk files into the staging directory as flat sparse raw files
 //! (`qemu-img convert`); import copies raw files into `<uid>.imported`, and
@@ -109,6 +119,7 @@
 
 pub mod addresses;
 mod backend;
+pub mod changes;
 pub mod client;
 pub mod config;
 pub mod disks;
@@ -135,11 +146,12 @@ pub const CLASS: ProviderClass = ProviderClass::CloudHypervisor;
 /// it boots what the image names (a kernel directly, or a firmware such as
 /// `CLOUDHV.fd`), so a class's `bios` or `efi` changes nothing and both are accepted,
 /// but Secure Boot is not available; cloud-config on a NoCloud seed (no Ignition);
-/// powered on, off and suspended (paused, tested); disks exported and imported raw.
+/// powered on, off and suspended (paused, tested); disks exported and imported raw;
+/// the changes a running machine takes are [`changes::change_table`]'s.
 pub fn capabilities() -> BackendCapabilities {
     use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
     BackendCapabilities {
-        changes: vec![],
+        changes: changes::change_table(),
         firmware: vec![F::Bios, F::Efi],
         bootstrap_formats: vec![B::CloudConfig],
         power_states: vec![P::PoweredOn, P::PoweredOff, P::Suspended],

@@ -91,6 +91,7 @@ pub async fn prepare(
         exit: None,
         restarts: 0,
         config: vm_config,
+        booted_memory: None,
         macs,
         interfaces: spec.network.clone(),
         disk_names: spec
@@ -177,7 +178,7 @@ fn grow_imported(spec: &CloudHypervisorMachineSpec, partial: &Path) -> Result<()
 }
 
 /// Grows a raw disk to `bytes` (sparse); never shrinks it.
-fn grow(path: &Path, bytes: u64) -> Result<(), BackendError> {
+pub(crate) fn grow(path: &Path, bytes: u64) -> Result<(), BackendError> {
     let file = std::fs::OpenOptions::new()
         .write(true)
         .open(path)

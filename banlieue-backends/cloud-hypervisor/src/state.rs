@@ -66,8 +66,14 @@ pub struct Record {
     pub exit: Option<Exit>,
     /// How many times a VMM that died was started again.
     pub restarts: u32,
-    /// The `VmConfig` sent with `vm.create`.
+    /// The `VmConfig` the next `vm.create` sends: what the machine was made with,
+    /// with every change applied since (live ones kept for the next boot, and those
+    /// that wait for it).
     pub config: Value,
+    /// The memory size (bytes) the VM that runs was created with: the base of its
+    /// hot-plug room, which `vm.info` no longer shows once memory was added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub booted_memory: Option<u64>,
     /// The MAC of each interface, in order (for DHCP lease lookups).
     pub macs: Vec<String>,
     /// The interfaces as specified (IPAM), so `observe` reports addresses without a spec.

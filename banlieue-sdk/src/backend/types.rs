@@ -289,6 +289,7 @@ impl MachineSpec {
                 data_disks: sizes(&s.additional_disks),
                 networks: count(s.network.len()),
                 max_cpus: s.max_cpus,
+                max_memory_mib: s.max_memory_mib,
                 ..Default::default()
             },
             Self::Custom(s) => MachineResources {

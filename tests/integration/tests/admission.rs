@@ -591,6 +591,15 @@ fn cases() -> Vec<Case> {
             ),
             "maxCPUs must be at least cpus",
         ),
+        reject(
+            "cloud-hypervisor maxMemoryMiB below memoryMiB",
+            with(
+                with(ch_machine(), "/spec/memoryMiB", json!(2048)),
+                "/spec/maxMemoryMiB",
+                json!(1024),
+            ),
+            "maxMemoryMiB must be at least memoryMiB",
+        ),
         // Infrastructure clusters and templates
         reject(
             "cluster with refs and selector",
@@ -702,6 +711,7 @@ async fn the_base_objects_are_valid() {
         proxmox_machine(),
         libvirt_machine(),
         ch_machine(),
+        with(ch_machine(), "/spec/maxMemoryMiB", json!(1024)),
         cluster("VSphereCluster"),
         cluster("ProxmoxCluster"),
         cluster("LibvirtCluster"),

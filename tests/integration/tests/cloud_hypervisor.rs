@@ -295,6 +295,116 @@ async fn a_guest_that_ignores_the_power_button_is_shut_down_and_can_boot_again()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_that_wait_for_the_next_boot_remake_the_vm_in_a_vmm_that_stayed() {
+    use banlieue_sdk::api::resources::MachineField as F;
+    // The guest powers off and its VMM stays with the VM in Shutdown: the next boot
+    // must not boot the VMM's old configuration.
+    let rig = ChRig::new(FAKE, Guest::Shutdown);
+    assert!(rig.is_fake(), "reads the fake's exchanges");
+    let backend = backend(&rig, &[]);
+    let uid = "0c0ffee0-0000-4000-8000-000000000038";
+    let mut on = request(&rig, uid, "PoweredOn", None);
+    let obs = settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    let r = obs.resources.expect("read back");
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.memory_mib, r.max_memory_mib),
+        (2, Some(2), 512, Some(512))
+    );
+    assert_eq!(obs.next_boot, None);
+    let pids = rig.vmm_pids(uid);
+    let resize = |on: &mut MachineRequest, f: &dyn Fn(&mut CloudHypervisorMachineSpec)| {
+        let MachineSpec::CloudHypervisor(spec) = &mut on.spec else {
+            unreachable!()
+        };
+        f(spec);
+    };
+
+    // No headroom (maxCPUs, maxMemoryMiB unset): the raise is written for the next boot.
+    resize(&mut on, &|s| {
+        s.cpus = 3;
+        s.memory_mib = 1024;
+    });
+    let obs = backend
+        .apply_changes(&on, &[F::Cpus, F::MemoryMib])
+        .await
+        .unwrap();
+    let (r, next) = (obs.resources.unwrap(), obs.next_boot.expect("a next boot"));
+    println!(
+        "running {}/{} MiB, next boot {}/{} MiB",
+        r.cpus, r.memory_mib, next.cpus, next.memory_mib
+    );
+    assert_eq!((r.cpus, r.memory_mib), (2, 512), "nothing live");
+    assert_eq!((next.cpus, next.memory_mib), (3, 1024));
+    assert!(!rig.operations(uid).contains(&"vm.resize".to_owned()));
+    let mut off = on.clone();
+    resize(&mut off, &|s| s.power_state = PowerState::PoweredOff);
+    settle(&backend, &off, PowerState::PoweredOff)
+        .await
+        .unwrap();
+    assert_eq!(rig.vmm_pids(uid), pids, "the VMM stays, its VM shut down");
+    // While off, a data disk grows on the host.
+    resize(&mut off, &|s| s.additional_disks[0].size_gib = 3);
+    let obs = backend
+        .apply_changes(&off, &[F::DataDiskSize])
+        .await
+        .unwrap();
+    assert_eq!(obs.resources.unwrap().data_disks[0].size_gib, 3);
+    assert_eq!(
+        std::fs::metadata(rig.machine_dir(uid).join("data-0.raw"))
+            .unwrap()
+            .len(),
+        3 << 30
+    );
+    resize(&mut on, &|s| s.additional_disks[0].size_gib = 3);
+    let obs = settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    let r = obs.resources.unwrap();
+    assert_eq!(
+        (r.cpus, r.memory_mib),
+        (3, 1024),
+        "the next boot's sizes run"
+    );
+    assert_eq!(obs.next_boot, None);
+    assert_eq!(rig.vmm_pids(uid), pids, "in the same VMM");
+    let ops = rig.operations(uid);
+    println!("{ops:?}");
+    assert_eq!(count(&ops, "vm.delete"), 1, "the VM made anew: {ops:?}");
+    assert_eq!(count(&ops, "vm.create"), 2, "{ops:?}");
+
+    // With room, a raise that is not whole 128 MiB blocks is refused before anything
+    // is sent, naming the field; a whole one is live.
+    let uid2 = "0c0ffee0-0000-4000-8000-000000000039";
+    let mut roomy = request(&rig, uid2, "PoweredOn", None);
+    resize(&mut roomy, &|s| s.max_memory_mib = Some(2048));
+    settle(&backend, &roomy, PowerState::PoweredOn)
+        .await
+        .unwrap();
+    resize(&mut roomy, &|s| s.memory_mib = 600);
+    let e = backend
+        .apply_changes(&roomy, &[F::MemoryMib])
+        .await
+        .unwrap_err();
+    println!("{}: {}", e.reason, e.message);
+    assert_eq!(e.reason, "MemoryStepUnaligned");
+    assert!(!e.is_transient());
+    assert!(!rig.operations(uid2).contains(&"vm.resize".to_owned()));
+    resize(&mut roomy, &|s| s.memory_mib = 640);
+    let obs = backend
+        .apply_changes(&roomy, &[F::MemoryMib])
+        .await
+        .unwrap();
+    assert_eq!(obs.resources.unwrap().memory_mib, 640);
+    assert_eq!(
+        vm_info(&rig, uid2)["config"]["memory"]["size"],
+        640u64 << 20
+    );
+
+    for req in [&on, &roomy] {
+        assert_eq!(backend.delete(&req.identity).await.unwrap(), Deletion::Gone);
+    }
+    rig.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_qcow2_image_becomes_an_overlay_the_vmm_is_told_to_follow() {
     let rig = ChRig::new(FAKE, Guest::Exit);
     let Some(base) = rig.qcow2_image() else {
@@ -1030,4 +1140,347 @@ async fn image_paths_outside_the_allowed_directories_are_refused_before_anything
         .await
         .unwrap();
     wait_gone(&machines, "fine", WAIT).await;
+}
+
+// ---------------------------------------------------------------------------------
+// Changes to a machine that runs (issue 38).
+
+/// `GET /api/v1/vm.info` on a VMM's socket, by hand (not through the backend's
+/// client): what the VMM itself says it runs.
+fn vm_info(rig: &ChRig, uid: &str) -> Value {
+    use std::io::{Read, Write};
+    let socket = rig.machine_dir(uid).join("api.sock");
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket).expect("the VMM's socket");
+    stream
+        .write_all(
+            b"GET /api/v1/vm.info HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    serde_json::from_str(body).expect("vm.info JSON")
+}
+
+/// A condition's (status, reason, message), once it speaks of the machine's generation.
+fn condition(m: &CloudHypervisorMachine, type_: &str) -> Option<(String, String, String)> {
+    let status = m.status.as_ref()?;
+    let c = conditions::get(&status.conditions, type_)?;
+    (c.observed_generation == m.metadata.generation)
+        .then(|| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn running(m: &CloudHypervisorMachine) -> Option<&banlieue_sdk::api::resources::MachineResources> {
+    m.status.as_ref()?.resources.as_ref()?.running.as_ref()
+}
+
+fn up_to_date(m: &CloudHypervisorMachine) -> bool {
+    condition(m, "UpToDate").is_some_and(|(s, ..)| s == "True")
+}
+
+async fn patch_spec(machines: &Api<CloudHypervisorMachine>, name: &str, spec: Value) {
+    machines
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": spec})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_machine_is_resized_live_within_its_headroom_and_beyond_it_at_its_next_boot() {
+    let rig = ChRig::new(FAKE, Guest::Exit);
+    assert!(rig.is_fake(), "reads the fake's exchanges");
+    let (ns, _operator) = world("ch-change", &rig).await;
+    let providers: Api<Provider> = ns.api();
+    let provider = wait_for(&providers, "ch", WAIT, |p| {
+        p.status.as_ref().is_some_and(|s| {
+            conditions::is_true(&s.conditions, "Ready") && s.backend_capabilities.is_some()
+        })
+    })
+    .await;
+    let published = provider
+        .status
+        .unwrap()
+        .backend_capabilities
+        .unwrap()
+        .changes;
+    assert_eq!(
+        published,
+        banlieue_backend_cloud_hypervisor::changes::change_table()
+    );
+
+    let machines: Api<CloudHypervisorMachine> = ns.api();
+    let object = json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "CloudHypervisorMachine",
+        "metadata": {"name": "grow"},
+        "spec": {"providerRef": {"name": "ch"}, "image": rig.image,
+                 "cpus": 2, "maxCPUs": 4, "memoryMiB": 1024, "maxMemoryMiB": 2048, "diskGiB": 1,
+                 "additionalDisks": [{"name": "data", "sizeGiB": 1}],
+                 "network": [{"macAddress": "52:54:00:c0:ff:31"}]}});
+    apply(&ns.client, &ns.name, &object).await.unwrap();
+    let made = wait_for(&machines, "grow", WAIT, |m| {
+        up_to_date(m) && running(m).is_some_and(|r| r.cpus == 2)
+    })
+    .await;
+    let uid = made.metadata.uid.clone().unwrap();
+    let r = running(&made).unwrap();
+    println!("made: {r:?}");
+    assert_eq!(
+        (
+            r.cpus,
+            r.max_cpus,
+            r.memory_mib,
+            r.max_memory_mib,
+            r.networks
+        ),
+        (2, Some(4), 1024, Some(2048), 1)
+    );
+    assert_eq!(
+        (r.data_disks[0].name.as_str(), r.data_disks[0].size_gib),
+        ("data", 1)
+    );
+    let info = vm_info(&rig, &uid);
+    assert_eq!(
+        info["config"]["cpus"],
+        json!({"boot_vcpus": 2, "max_vcpus": 4})
+    );
+    assert_eq!(info["config"]["memory"]["hotplug_size"], 1u64 << 30);
+    let pid = rig.vmm_pids(&uid);
+    assert_eq!(pid.len(), 1);
+
+    // Live: vCPUs up within maxCPUs, then one removed.
+    for cpus in [4u32, 3] {
+        patch_spec(&machines, "grow", json!({"cpus": cpus})).await;
+        let m = wait_for(&machines, "grow", WAIT, |m| {
+            up_to_date(m) && running(m).is_some_and(|r| r.cpus == cpus)
+        })
+        .await;
+        let info = vm_info(&rig, &uid);
+        println!("cpus {cpus}: vm.info cpus {}", info["config"]["cpus"]);
+        assert_eq!(info["config"]["cpus"]["boot_vcpus"], cpus);
+        assert_eq!(info["state"], "Running");
+        assert_eq!(condition(&m, "RestartRequired").unwrap().0, "False");
+    }
+    // Live: memory within maxMemoryMiB (512 MiB = four 128 MiB blocks).
+    patch_spec(&machines, "grow", json!({"memoryMiB": 1536})).await;
+    let m = wait_for(&machines, "grow", WAIT, |m| {
+        up_to_date(m) && running(m).is_some_and(|r| r.memory_mib == 1536)
+    })
+    .await;
+    let info = vm_info(&rig, &uid);
+    println!(
+        "memoryMiB 1536: vm.info memory.size {} memory_actual_size {}",
+        info["config"]["memory"]["size"], info["memory_actual_size"]
+    );
+    assert_eq!(info["config"]["memory"]["size"], 1536u64 << 20);
+    assert_eq!(info["memory_actual_size"], 1536u64 << 20);
+    assert_eq!(
+        running(&m).unwrap().max_memory_mib,
+        Some(2048),
+        "the room is what it was"
+    );
+    // Live: the data disk grows.
+    patch_spec(
+        &machines,
+        "grow",
+        json!({"additionalDisks": [{"name": "data", "sizeGiB": 2}]}),
+    )
+    .await;
+    wait_for(&machines, "grow", WAIT, |m| {
+        up_to_date(m) && running(m).is_some_and(|r| r.data_disks[0].size_gib == 2)
+    })
+    .await;
+    let data = rig.machine_dir(&uid).join("data-0.raw");
+    assert_eq!(std::fs::metadata(&data).unwrap().len(), 2 << 30);
+    let resized: Vec<Value> = rig
+        .exchanges()
+        .into_iter()
+        .filter(|e| e["path"] == "/api/v1/vm.resize" || e["path"] == "/api/v1/vm.resize-disk")
+        .map(|e| json!({"path": e["path"], "request": e["request"], "status": e["status"]}))
+        .collect();
+    println!("resize requests: {resized:#?}");
+    assert_eq!(
+        resized,
+        [
+            json!({"path": "/api/v1/vm.resize", "request": {"desired_vcpus": 4}, "status": 204}),
+            json!({"path": "/api/v1/vm.resize", "request": {"desired_vcpus": 3}, "status": 204}),
+            json!({"path": "/api/v1/vm.resize", "request": {"desired_ram": 1536u64 << 20}, "status": 204}),
+            json!({"path": "/api/v1/vm.resize-disk", "request": {"id": "data0", "desired_size": 2u64 << 30}, "status": 204}),
+        ]
+    );
+    // Live: an interface hot-plugged at the end, then unplugged.
+    let nic = |mac: &str| json!({"macAddress": mac});
+    for (nics, count) in [
+        (
+            json!([nic("52:54:00:c0:ff:31"), nic("52:54:00:c0:ff:32")]),
+            2u32,
+        ),
+        (json!([nic("52:54:00:c0:ff:31")]), 1),
+    ] {
+        patch_spec(&machines, "grow", json!({"network": nics})).await;
+        wait_for(&machines, "grow", WAIT, |m| {
+            up_to_date(m) && running(m).is_some_and(|r| r.networks == count)
+        })
+        .await;
+        let net = vm_info(&rig, &uid)["config"]["net"].clone();
+        println!("networks {count}: vm.info net {net}");
+        let macs: Vec<&str> = net
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["mac"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            macs,
+            ["52:54:00:c0:ff:31", "52:54:00:c0:ff:32"][..count as usize]
+        );
+    }
+    let plugged: Vec<Value> = rig
+        .exchanges()
+        .into_iter()
+        .filter(|e| e["path"] == "/api/v1/vm.add-net" || e["path"] == "/api/v1/vm.remove-device")
+        .map(|e| json!({"path": e["path"], "id": e["request"]["id"], "status": e["status"]}))
+        .collect();
+    assert_eq!(
+        plugged,
+        [
+            json!({"path": "/api/v1/vm.add-net", "id": "net1", "status": 200}),
+            json!({"path": "/api/v1/vm.remove-device", "id": "net1", "status": 204}),
+        ]
+    );
+    assert_eq!(
+        rig.state(&uid).unwrap()["config"]["net"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(rig.vmm_pids(&uid), pid, "all live: the same VMM");
+
+    // Beyond the headroom: written for the next boot, the machine keeps running.
+    patch_spec(
+        &machines,
+        "grow",
+        json!({"cpus": 6, "maxCPUs": 8, "memoryMiB": 3072, "maxMemoryMiB": 4096}),
+    )
+    .await;
+    let waiting = wait_for(&machines, "grow", WAIT, |m| {
+        condition(m, "RestartRequired").is_some_and(|(s, ..)| s == "True")
+    })
+    .await;
+    let (_, reason, message) = condition(&waiting, "UpToDate").unwrap();
+    let (_, _, restart) = condition(&waiting, "RestartRequired").unwrap();
+    println!("beyond the headroom: UpToDate {reason}: {message}; RestartRequired: {restart}");
+    assert_eq!(reason, "RestartRequired");
+    assert!(
+        restart.contains("cpus 3 → 6 waits for the next boot")
+            && restart.contains("memoryMiB 1536 → 3072 waits for the next boot"),
+        "{restart}"
+    );
+    let pending = &waiting
+        .status
+        .as_ref()
+        .unwrap()
+        .resources
+        .as_ref()
+        .unwrap()
+        .pending;
+    assert_eq!(pending.len(), 2, "{pending:?}");
+    let info = vm_info(&rig, &uid);
+    assert_eq!(
+        info["config"]["cpus"],
+        json!({"boot_vcpus": 3, "max_vcpus": 4}),
+        "not live"
+    );
+    assert_eq!(info["config"]["memory"]["size"], 1536u64 << 20);
+    let staged = &rig.state(&uid).unwrap()["config"];
+    assert_eq!(staged["cpus"], json!({"boot_vcpus": 6, "max_vcpus": 8}));
+    assert_eq!(
+        staged["memory"],
+        json!({"size": 3072u64 << 20, "hotplug_size": 1024u64 << 20})
+    );
+    assert_eq!(rig.vmm_pids(&uid), pid, "still the same VMM");
+    // The power cycle applies it.
+    patch_spec(&machines, "grow", json!({"powerState": "PoweredOff"})).await;
+    wait_for(&machines, "grow", WAIT, |m| {
+        m.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOff)
+    })
+    .await;
+    patch_spec(&machines, "grow", json!({"powerState": "PoweredOn"})).await;
+    let cycled = wait_for(&machines, "grow", WAIT, |m| {
+        m.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
+            && up_to_date(m)
+            && condition(m, "RestartRequired").is_some_and(|(s, ..)| s == "False")
+    })
+    .await;
+    let r = running(&cycled).unwrap();
+    println!("after the power cycle: {r:?}");
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.memory_mib, r.max_memory_mib),
+        (6, Some(8), 3072, Some(4096))
+    );
+    let info = vm_info(&rig, &uid);
+    assert_eq!(
+        info["config"]["cpus"],
+        json!({"boot_vcpus": 6, "max_vcpus": 8})
+    );
+    assert_eq!(info["config"]["memory"]["size"], 3072u64 << 20);
+    let pid = rig.vmm_pids(&uid);
+    assert_eq!(pid.len(), 1, "a new VMM made from the next boot's config");
+
+    // Hostile: a Never field (a data disk added) with a memory shrink (NextBoot).
+    patch_spec(
+        &machines,
+        "grow",
+        json!({"memoryMiB": 2048, "additionalDisks": [{"name": "data", "sizeGiB": 2}, {"name": "extra", "sizeGiB": 1}]}),
+    )
+    .await;
+    let refused = wait_for(&machines, "grow", WAIT, |m| {
+        condition(m, "UpToDate").is_some_and(|(_, r, _)| r == "ChangeRefused")
+            && condition(m, "RestartRequired").is_some_and(|(s, ..)| s == "True")
+    })
+    .await;
+    let (status, _, message) = condition(&refused, "UpToDate").unwrap();
+    let (_, _, restart) = condition(&refused, "RestartRequired").unwrap();
+    println!("hostile: UpToDate {status} ChangeRefused: {message}; RestartRequired: {restart}");
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("dataDisks data 2GiB → data 2GiB, extra 1GiB cannot be applied"),
+        "{message}"
+    );
+    assert!(
+        restart.contains("memoryMiB 3072 → 2048 waits for the next boot"),
+        "{restart}"
+    );
+    assert!(!restart.contains("dataDisks"), "{restart}");
+    // Nothing lost: the same VMM, running with what it had; the disk untouched; no new disk.
+    assert!(condition(&refused, "Ready").is_some_and(|(s, ..)| s == "True"));
+    assert_eq!(rig.vmm_pids(&uid), pid);
+    let info = vm_info(&rig, &uid);
+    assert_eq!(info["state"], "Running");
+    assert_eq!(info["config"]["cpus"]["boot_vcpus"], 6);
+    assert_eq!(
+        info["config"]["memory"]["size"],
+        3072u64 << 20,
+        "a shrink is not live"
+    );
+    assert_eq!(std::fs::metadata(&data).unwrap().len(), 2 << 30);
+    assert!(!rig.machine_dir(&uid).join("data-1.raw").exists());
+    assert_eq!(
+        rig.state(&uid).unwrap()["config"]["memory"]["size"],
+        2048u64 << 20,
+        "written for the next boot"
+    );
+    let r = running(&refused).unwrap();
+    assert_eq!((r.cpus, r.memory_mib), (6, 3072));
+
+    rig.assert_conformant();
+    machines
+        .delete("grow", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&machines, "grow", WAIT).await;
 }

@@ -19,6 +19,8 @@ infra_machine! {
     /// Desired state of a CloudHypervisorMachine.
     #[x_kube(validation = Rule::new("!has(self.maxCPUs) || self.maxCPUs >= self.cpus")
         .message("maxCPUs must be at least cpus"))]
+    #[x_kube(validation = Rule::new("!has(self.maxMemoryMiB) || self.maxMemoryMiB >= self.memoryMiB")
+        .message("maxMemoryMiB must be at least memoryMiB"))]
     pub struct CloudHypervisorMachineSpec {
         /// Kernel or firmware, and the disk image to copy.
         pub image: CloudHypervisorImageSource,
@@ -33,6 +35,14 @@ infra_machine! {
         #[serde(rename = "memoryMiB")]
         #[schemars(range(min = 128, max = 25165824))]
         pub memory_mib: u64,
+        /// The most memory the machine can grow to while it runs, in MiB: the VMM is
+        /// created with `maxMemoryMiB − memoryMiB` of hot-plug room
+        /// (`memory.hotplug_size`), and `memoryMiB` raised within it is added live
+        /// (`vm.resize`), in steps of 128 MiB. Default: `memoryMiB` (no room: a raise
+        /// waits for the next boot).
+        #[serde(default, rename = "maxMemoryMiB", skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 128, max = 25165824))]
+        pub max_memory_mib: Option<u64>,
         /// Back guest memory with huge pages.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         pub hugepages: bool,

@@ -18,6 +18,7 @@ impl MachineKind for CloudHypervisorMachine {
                 cpus: input.class.cpus,
                 max_cpus: None,
                 memory_mib: input.class.memory_mib,
+                max_memory_mib: None,
                 hugepages: false,
                 disk_gib: parts.disk_gib,
                 additional_disks: targets.data_disks.clone(),
