@@ -240,6 +240,20 @@ pub fn assess(
             ChangeMode::PowerOff => pending.push(waits(ChangeMode::PowerOff)),
         }
     }
+    // A change written for the next boot and then taken back (the spec asks again what
+    // runs): the next boot's configuration still has it, so it is written again, to
+    // what is asked, or the next boot would take what nobody asks any more.
+    if let Some(next) = next_boot
+        && !off
+    {
+        for d in differences(desired, next) {
+            if !found.iter().any(|f| f.field == d.field)
+                && mode(table, d.field, d.grows) != ChangeMode::Never
+            {
+                apply.push(d.field);
+            }
+        }
+    }
     apply.sort();
     apply.dedup();
     Assessment {
@@ -412,6 +426,30 @@ mod tests {
         assert!(staged.apply.is_empty());
         assert_eq!(staged.pending.len(), 2);
         assert!(describe(&staged.pending).contains("cpus 2 → 8 waits for the next boot"));
+    }
+
+    #[test]
+    fn a_next_boot_change_taken_back_is_written_back() {
+        let on = Some(PowerState::PoweredOn);
+        let mut staged = shape(2, 2048);
+        staged.networks = 2;
+        // What runs is asked again, but the next boot would take 2 networks.
+        let a = assess(
+            &shape(2, 2048),
+            &shape(2, 2048),
+            Some(&staged),
+            &table(),
+            on,
+        );
+        assert!(a.up_to_date(), "the guest runs with what is asked");
+        assert_eq!(
+            a.apply,
+            [F::Networks],
+            "the next boot's configuration is written back"
+        );
+        // Nothing staged: nothing to write.
+        let a = assess(&shape(2, 2048), &shape(2, 2048), None, &table(), on);
+        assert!(a.apply.is_empty());
     }
 
     #[test]

@@ -468,7 +468,12 @@ impl World {
                 .into_iter()
                 .find(|d| d.field == field)
             else {
-                continue; // already applied: idempotent
+                // What runs is what is asked: only a next boot written for something
+                // else is put back (idempotent otherwise).
+                if let Some(next) = machine.next_boot.as_mut() {
+                    changes::apply_field(next, desired, field);
+                }
+                continue;
             };
             match changes::mode(table, field, difference.grows) {
                 ChangeMode::Never => return Some(Err((field, ChangeMode::Never))),

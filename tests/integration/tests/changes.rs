@@ -252,6 +252,45 @@ async fn next_boot_changes_wait_for_the_boot_and_never_changes_are_refused() {
         "written once"
     );
 
+    // Taken back before any boot: the next boot's configuration is put back too.
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 1, 512, "efi", 1, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        is(m, "UpToDate", "True", "UpToDate")
+            && is(m, "RestartRequired", "False", "NoRestartPending")
+    })
+    .await;
+    let deadline = std::time::Instant::now() + WAIT;
+    while operator
+        .sim
+        .machine(&endpoint, &uid)
+        .unwrap()
+        .next_boot
+        .is_some()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the next boot still takes the change taken back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    apply(
+        &ns.client,
+        &ns.name,
+        &machine("m", 1, 512, "efi", 2, "PoweredOn"),
+    )
+    .await
+    .unwrap();
+    wait_for(&machines, "m", WAIT, |m: &LibvirtMachine| {
+        is(m, "RestartRequired", "True", "RestartRequired")
+    })
+    .await;
+
     // The firmware: never changed on a made machine.
     apply(
         &ns.client,
