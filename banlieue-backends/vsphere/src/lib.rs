@@ -49,6 +49,15 @@
 //!    `vsphere://<BIOS UUID>`. While powered on without an address the machine
 //!    reports `WaitingForAddress` (setting `waitForAddress`).
 //!
+//! 5. **Change** ([`change_table`]): every observation carries what the VM runs with,
+//!    read in the same property read as the rest (`config.hardware.numCPU`,
+//!    `numCoresPerSocket`, `memoryMB`, the disks' `capacityInKB` — the first disk as
+//!    the OS disk, the added ones by the names banlieue recorded in `banlieue.disks` —
+//!    the network devices, the firmware, and `cpuHotAddEnabled`/`memoryHotAddEnabled`
+//!    as the hot-add ceilings). `apply_changes` is one `ReconfigVM_Task` for every
+//!    field handed over, returned pending like every task: disks grow live; CPUs, cores
+//!    per socket and memory change only while the VM is powered off.
+//!
 //! `delete` powers the VM off and then destroys it (`Destroy_Task`).
 //!
 //! **Crash safety.** A VM is found by `FindByUuid` on its instance UUID (the UID), so a
@@ -107,7 +116,9 @@
 //! Any other key (but the operator's `capabilities.*`) is refused: the Provider is
 //! `Ready=False InvalidSettings`, naming it and the nearest known key. Not yet supported: content-library images, storage
 //! policies (a terminal `StoragePolicyUnsupported`), adding network devices beyond
-//! the template's, and IPAM pools whose address is not allocated yet.
+//! the template's (a machine asking for more networks than the template has network
+//! devices is refused with `TooManyNetworkDevices` before anything is cloned), CPU and
+//! memory hot-add, and IPAM pools whose address is not allocated yet.
 #![warn(missing_docs)]
 
 mod backend;
