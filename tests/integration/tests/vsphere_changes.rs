@@ -15,6 +15,7 @@ use banlieue_backend_vsphere::client::MoRef;
 use banlieue_integration_tests::apply;
 use banlieue_integration_tests::operator::{Operator, wait_for};
 use banlieue_integration_tests::vcsim::Vcsim;
+use banlieue_sdk::api::VirtualMachine;
 use banlieue_sdk::api::common::{PowerState, ProviderClass};
 use banlieue_sdk::api::infra::vsphere::VSphereMachine;
 use banlieue_sdk::api::resources::{ChangeMode, MachineField, MachineResources};
@@ -63,6 +64,10 @@ async fn world(prefix: &str, sim: &Vcsim) -> (TestNamespace, Operator) {
             "connection": {"endpoint": format!("{}/sdk", sim.ready.endpoint),
                            "credentialsRef": {"name": "vc-credentials"},
                            "caBundle": {"inline": sim.ready.ca_pem}},
+            "capabilities": {
+                "storageClasses": [{"name": "fast", "target": {"datastore": "LocalDS_0"}}],
+                "networkClasses": [{"name": "lan", "target": {"portGroup": "VM Network"}}]
+            },
             "settings": {"taskPollInterval": "100ms", "shutdownTimeout": "2s"}
         }}),
     ] {
@@ -361,6 +366,119 @@ async fn a_vsphere_vm_grows_its_disks_live_and_resizes_across_a_power_cycle() {
         .filter(|v| v["template"] != true && v["name"] == "m")
         .count();
     assert_eq!(clones, 1, "never a second VM");
+}
+
+/// A VirtualMachine on vSphere moved to a larger class: resized in place, the same VM;
+/// it says what waits for the power-off (mirrored from its VSphereMachine), and its
+/// owner's power cycle applies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_machine_moved_to_a_larger_class_is_resized_by_a_power_cycle() {
+    let Some(sim) = Vcsim::start() else { return };
+    let (ns, _operator) = world("vs-class", &sim).await;
+    let class = |name: &str, cpus: u32, memory: u64| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": name},
+               "spec": {"cpus": cpus, "memoryMiB": memory, "disk": {"sizeGiB": 16, "storageClass": "fast"}}})
+    };
+    let small = format!("{}-small", ns.name);
+    let large = format!("{}-large", ns.name);
+    let image = format!("{}-ubuntu", ns.name);
+    for object in [
+        class(&small, 2, 1024),
+        class(&large, 4, 2048),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
+               "spec": {"os": {"family": "linux", "distribution": "ubuntu", "version": "24.04"},
+                        "sources": {"vsphere": {"template": sim.ready.template}}}}),
+    ] {
+        apply(&ns.client, &ns.name, &object).await.unwrap();
+    }
+    let vm = |class: &str, power: &str| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web"},
+               "spec": {"classRef": {"name": class}, "imageRef": {"name": image},
+                        "networks": [{"name": "eth0", "networkClass": "lan"}],
+                        "powerState": power}})
+    };
+    let vms: Api<VirtualMachine> = ns.api();
+    let vm_condition = |v: &VirtualMachine, type_: &str| {
+        v.status
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, type_))
+            .cloned()
+    };
+    let vm_running = |v: &VirtualMachine| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.running.clone())
+    };
+    let up_to_date = |v: &VirtualMachine, cpus: u32| {
+        v.status.as_ref().is_some_and(|s| {
+            conditions::is_true(&s.conditions, "Ready")
+                && conditions::is_true(&s.conditions, "UpToDate")
+        }) && vm_running(v).is_some_and(|r| r.cpus == cpus)
+    };
+    apply(&ns.client, &ns.name, &vm(&small, "PoweredOn"))
+        .await
+        .unwrap();
+    let v = wait_for(&vms, "web", WAIT, |v: &VirtualMachine| up_to_date(v, 2)).await;
+    let provider_id = v.status.as_ref().unwrap().provider_id.clone().unwrap();
+    let reconfigures = sim.calls("ReconfigVM_Task");
+
+    apply(&ns.client, &ns.name, &vm(&large, "PoweredOn"))
+        .await
+        .unwrap();
+    let v = wait_for(&vms, "web", WAIT, |v: &VirtualMachine| {
+        vm_condition(v, "RestartRequired").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let message = vm_condition(&v, "RestartRequired").unwrap().message;
+    assert!(
+        message.contains("cpus 2 → 4 waits for a power-off")
+            && message.contains("memoryMiB 1024 → 2048 waits for a power-off"),
+        "{message}"
+    );
+    let on_vcsim = sim.vm("web").unwrap();
+    assert_eq!(on_vcsim["cpus"].as_i64(), Some(2), "not while it runs");
+    assert_eq!(sim.calls("ReconfigVM_Task"), reconfigures);
+
+    apply(&ns.client, &ns.name, &vm(&large, "PoweredOff"))
+        .await
+        .unwrap();
+    wait_for(&vms, "web", WAIT, |v: &VirtualMachine| {
+        vm_condition(v, "UpToDate").is_some_and(|c| c.status == "True")
+            && vm_running(v).is_some_and(|r| r.cpus == 4)
+    })
+    .await;
+    apply(&ns.client, &ns.name, &vm(&large, "PoweredOn"))
+        .await
+        .unwrap();
+    let v = wait_for(&vms, "web", WAIT, |v: &VirtualMachine| {
+        up_to_date(v, 4)
+            && vm_condition(v, "RestartRequired").is_some_and(|c| c.status == "False")
+            && v.status.as_ref().and_then(|s| s.power_state) == Some(PowerState::PoweredOn)
+    })
+    .await;
+    assert_eq!(
+        v.status.as_ref().unwrap().provider_id.as_deref(),
+        Some(provider_id.as_str()),
+        "resized, not replaced"
+    );
+    let on_vcsim = sim.vm("web").unwrap();
+    assert_eq!(
+        (on_vcsim["cpus"].as_i64(), on_vcsim["memoryMB"].as_i64()),
+        (Some(4), Some(2048))
+    );
+    assert_eq!(on_vcsim["power"], "poweredOn");
+    assert_eq!(
+        sim.calls("ReconfigVM_Task"),
+        reconfigures + 1,
+        "one reconfigure for both"
+    );
+    let clones = sim
+        .vms()
+        .into_iter()
+        .filter(|v| v["template"] != true && v["name"] == "web")
+        .count();
+    assert_eq!(clones, 1);
 }
 
 fn request(sim: &Vcsim, uid: &str, networks: usize) -> MachineRequest {
