@@ -571,7 +571,7 @@ impl Backend for VSphereBackend {
         })
     }
 
-    /// One `ReconfigVM_Task` for every field handed over ([`resize::resize_spec`]:
+    /// One `ReconfigVM_Task` for every field handed over (`resize_spec`:
     /// CPUs, cores per socket and memory while powered off, disks grown in any power
     /// state), returned `Pending` with the task like every other task; the next
     /// `ensure` polls it and reads the VM back. A task of the machine's still running
