@@ -361,6 +361,32 @@ pub fn virtual_disks(devices: &[Element]) -> Vec<VirtualDisk> {
         .collect()
 }
 
+/// Which of `disks` is the OS disk: of those not named in `added` (the disks banlieue
+/// added, by location), the one first on the first controller (`<controller
+/// key>:<unit>` in number order). Never "the first in `config.hardware.device`":
+/// vSphere (and vcsim) list an edited device last, so the device order changes once
+/// a disk has grown.
+pub fn os_disk_index(
+    disks: &[VirtualDisk],
+    added: &std::collections::BTreeMap<String, String>,
+) -> Option<usize> {
+    let order = |location: &str| -> (u64, u64) {
+        let mut parts = location
+            .split(':')
+            .map(|p| p.trim().parse().unwrap_or(u64::MAX));
+        (
+            parts.next().unwrap_or(u64::MAX),
+            parts.next().unwrap_or(u64::MAX),
+        )
+    };
+    disks
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !added.contains_key(&d.location))
+        .min_by_key(|(_, d)| order(&d.location))
+        .map(|(i, _)| i)
+}
+
 /// The type of the first SCSI controller, e.g. `ParaVirtualSCSIController`.
 pub fn scsi_controller_type(devices: &[Element]) -> Option<String> {
     devices

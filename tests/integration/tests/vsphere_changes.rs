@@ -138,14 +138,18 @@ fn running(m: &VSphereMachine) -> Option<MachineResources> {
         .and_then(|r| r.running.clone())
 }
 
-/// The first and the additional disk's capacity in KiB, as vcsim has them.
+/// The disks' capacities in KiB, as vcsim has them, largest first (the test keeps the
+/// OS disk the larger): vSphere lists an edited device last, so the device order is
+/// not the disks' order.
 fn disks_kb(vm: &Value) -> Vec<u64> {
-    vm["disksKB"]
+    let mut kb: Vec<u64> = vm["disksKB"]
         .as_array()
         .unwrap()
         .iter()
         .map(|d| d.as_u64().unwrap())
-        .collect()
+        .collect();
+    kb.sort_unstable_by(|a, b| b.cmp(a));
+    kb
 }
 
 /// Disks grow live; CPUs, cores and memory wait for a power-off, say so, and a power
@@ -218,6 +222,41 @@ async fn a_vsphere_vm_grows_its_disks_live_and_resizes_across_a_power_cycle() {
         "both disks in one ReconfigVM_Task"
     );
     assert_eq!(sim.calls("PowerOffVM_Task"), 0);
+
+    // vSphere fails the next two reconfigures: the change says so with vSphere's
+    // message (UpToDate=False ChangeFailed), the VM runs on as it was, and the change
+    // is tried again until it is applied.
+    sim.fail_task("ReconfigVM_Task", "the disk is locked by a backup", 2);
+    shape.disk = 22;
+    apply(&ns.client, &ns.name, &machine(&sim, &shape))
+        .await
+        .unwrap();
+    let m = wait_for(&machines, "m", WAIT, |m: &VSphereMachine| {
+        is(m, "UpToDate", "False", "ChangeFailed")
+    })
+    .await;
+    let message = &condition(&m, "UpToDate").unwrap().message;
+    assert!(
+        message.contains("ReconfigVM_Task failed") && message.contains("locked by a backup"),
+        "{message}"
+    );
+    assert!(
+        m.is_ready(),
+        "a failed change keeps it Ready: it runs as it was"
+    );
+    let m = wait_for(&machines, "m", WAIT, |m: &VSphereMachine| {
+        is(m, "UpToDate", "True", "UpToDate")
+            && running(m).is_some_and(|r| r.os_disk_gib == Some(22))
+    })
+    .await;
+    assert!(m.is_ready());
+    assert_eq!(disks_kb(&sim.vm("m").unwrap()), [22 * GIB_KB, 15 * GIB_KB]);
+    assert_eq!(
+        sim.calls("ReconfigVM_Task"),
+        reconfigures + 4,
+        "two failed tries, then the one that took"
+    );
+    let reconfigures = reconfigures + 3;
 
     // CPUs, cores and memory: no hot-add, so they wait for a power-off, named; the VM
     // runs on unchanged and nothing is sent to vSphere.
@@ -354,7 +393,7 @@ async fn a_vsphere_vm_grows_its_disks_live_and_resizes_across_a_power_cycle() {
         (vm["cpus"].as_i64(), vm["memoryMB"].as_i64()),
         (Some(4), Some(2048))
     );
-    assert_eq!(disks_kb(&vm), [20 * GIB_KB, 15 * GIB_KB]);
+    assert_eq!(disks_kb(&vm), [22 * GIB_KB, 15 * GIB_KB]);
     assert_eq!(
         sim.calls("ReconfigVM_Task"),
         reconfigures,

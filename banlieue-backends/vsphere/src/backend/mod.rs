@@ -147,6 +147,10 @@ pub struct VSphereBackend {
     tasks: TaskBook<OpKind, MoRef>,
     shutdowns: Mutex<HashMap<String, Instant>>,
     failed_clones: FailureBook,
+    /// A change's reconfigure that failed, per UID, until `apply_changes` reports it:
+    /// the machine runs on as it was (its `ensure` does not fail for it), and the
+    /// change says why it is not applied (`UpToDate=False ChangeFailed`).
+    failed_changes: Mutex<HashMap<String, BackendError>>,
     topology: tokio::sync::Mutex<Option<(Arc<Topology>, Instant)>>,
     sightings: locate::Sightings,
 }
@@ -206,6 +210,7 @@ impl VSphereBackend {
             tasks: TaskBook::new(),
             shutdowns: Mutex::new(HashMap::new()),
             failed_clones: FailureBook::new(),
+            failed_changes: Mutex::new(HashMap::new()),
             topology: tokio::sync::Mutex::new(None),
             sightings: locate::Sightings::default(),
         })
@@ -383,6 +388,14 @@ impl Backend for VSphereBackend {
                 Created::Not(observation) => return Ok(observation),
             },
         };
+        let polled = match polled {
+            // A change failed: the machine is still what it was; the change reports it.
+            Err(e) if e.reason == OpKind::Resize.failure_reason() => {
+                lock(&self.failed_changes).insert(uid.clone(), e);
+                Ok(None)
+            }
+            other => other,
+        };
         if let Some((kind, task)) = polled? {
             return Ok(self.observation(&vm, Some(self.pending(uid, kind, Some(&task)))));
         }
@@ -516,6 +529,7 @@ impl Backend for VSphereBackend {
         match self.destroyed(uid).await? {
             Some(true) => {
                 self.failed_clones.forget(uid);
+                lock(&self.failed_changes).remove(uid);
                 return Ok(Deletion::Gone);
             }
             Some(false) => {
@@ -534,6 +548,7 @@ impl Backend for VSphereBackend {
         };
         let Some(vm) = vm else {
             self.failed_clones.forget(uid);
+            lock(&self.failed_changes).remove(uid);
             return Ok(match running {
                 Some(_) => Deletion::InProgress {
                     retry_after: self.next_poll(uid),
@@ -593,6 +608,10 @@ impl Backend for VSphereBackend {
         };
         if let Some((kind, task)) = polled? {
             return Ok(self.observation(&vm, Some(self.pending(uid, kind, Some(&task)))));
+        }
+        // The last try failed: say so once (transient: the controller tries again).
+        if let Some(error) = lock(&self.failed_changes).remove(uid) {
+            return Err(error);
         }
         let Some(config) = resize::resize_spec(&vm, &request.spec.resources(), fields)? else {
             return Ok(self.observation(&vm, None));

@@ -17,8 +17,49 @@ fn gib(bytes: u64) -> u32 {
     u32::try_from(bytes / GIB).unwrap_or(u32::MAX)
 }
 
+/// The names banlieue recorded for the disks it added, by location.
+fn disk_names(vm: &Vm) -> std::collections::BTreeMap<String, String> {
+    vm.extra
+        .get(guestinfo::DISK_NAMES_KEY)
+        .map(|v| guestinfo::parse_disk_names(v))
+        .unwrap_or_default()
+}
+
+/// The machine's additional disks, by name: the names banlieue recorded for the disks
+/// it added (by location), and, on a machine created on imported disks, each disk's
+/// file name under `banlieue/` (what the import named it, as an export does); the OS
+/// disk and a template's other disks are not among them.
+fn data_disks(vm: &Vm) -> Vec<(String, devices::VirtualDisk)> {
+    let disks = devices::virtual_disks(&vm.devices);
+    let names = disk_names(vm);
+    let os = devices::os_disk_index(&disks, &names);
+    disks
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != os)
+        .filter_map(|(_, d)| {
+            let name = names.get(&d.location).cloned().or_else(|| {
+                let file = d.file.as_ref()?;
+                file.path
+                    .starts_with("banlieue/")
+                    .then(|| file.file_name().strip_suffix(".vmdk"))
+                    .flatten()
+                    .map(str::to_string)
+            })?;
+            Some((name, d))
+        })
+        .collect()
+}
+
+/// The OS disk ([`devices::os_disk_index`]).
+fn os_disk(vm: &Vm) -> Option<devices::VirtualDisk> {
+    let mut disks = devices::virtual_disks(&vm.devices);
+    let i = devices::os_disk_index(&disks, &disk_names(vm))?;
+    Some(disks.swap_remove(i))
+}
+
 /// What `vm` runs with, read from its config: `numCPU`, `numCoresPerSocket`,
-/// `memoryMB`, the first disk's capacity as the OS disk, the disks banlieue added by
+/// `memoryMB`, the OS disk's capacity ([`os_disk`]), the disks banlieue added by
 /// the names it recorded for them ([`guestinfo::DISK_NAMES_KEY`]; a template's other
 /// disks are not the machine's data disks), the number of network devices, and the
 /// firmware (`efi` with Secure Boot on is `efi-secure`).
@@ -28,19 +69,11 @@ fn gib(bytes: u64) -> u32 {
 /// now, so its ceiling is what it has; with hot-add, the ceiling is the host's and
 /// none is reported.
 pub(crate) fn resources(vm: &Vm) -> MachineResources {
-    let disks = devices::virtual_disks(&vm.devices);
-    let names = vm
-        .extra
-        .get(guestinfo::DISK_NAMES_KEY)
-        .map(|v| guestinfo::parse_disk_names(v))
-        .unwrap_or_default();
-    let mut data_disks: Vec<DiskSize> = disks
-        .iter()
-        .filter_map(|d| {
-            Some(DiskSize {
-                name: names.get(&d.location)?.clone(),
-                size_gib: gib(d.capacity_bytes),
-            })
+    let mut data_disks: Vec<DiskSize> = data_disks(vm)
+        .into_iter()
+        .map(|(name, d)| DiskSize {
+            name,
+            size_gib: gib(d.capacity_bytes),
         })
         .collect();
     data_disks.sort();
@@ -48,7 +81,7 @@ pub(crate) fn resources(vm: &Vm) -> MachineResources {
         cpus: vm.cpus,
         cores_per_socket: vm.cores_per_socket,
         memory_mib: vm.memory_mib,
-        os_disk_gib: disks.first().map(|d| gib(d.capacity_bytes)),
+        os_disk_gib: os_disk(vm).map(|d| gib(d.capacity_bytes)),
         data_disks,
         networks: u32::try_from(devices::nic_count(&vm.devices)).unwrap_or(u32::MAX),
         firmware: match vm.firmware.as_deref() {
@@ -114,23 +147,21 @@ pub(crate) fn resize_spec(
             }
             F::Cpus | F::MemoryMib => {}
             F::OsDiskSize => {
-                if let Some(want) = desired.os_disk_gib {
-                    config
-                        .device_change
-                        .extend(devices::disk_grow(&vm.devices, want));
+                if let (Some(want), Some(os)) = (desired.os_disk_gib, os_disk(vm)) {
+                    config.device_change.extend(devices::disk_grow_at(
+                        &vm.devices,
+                        &os.location,
+                        want,
+                    ));
                 }
             }
             F::DataDiskSize => {
-                let names = vm
-                    .extra
-                    .get(guestinfo::DISK_NAMES_KEY)
-                    .map(|v| guestinfo::parse_disk_names(v))
-                    .unwrap_or_default();
+                let made = data_disks(vm);
                 for want in &desired.data_disks {
-                    let Some(location) = names
+                    let Some(location) = made
                         .iter()
-                        .find(|(_, name)| **name == want.name)
-                        .map(|(l, _)| l)
+                        .find(|(name, _)| *name == want.name)
+                        .map(|(_, d)| &d.location)
                     else {
                         continue; // not made yet: a DataDisks change, not a size
                     };
@@ -221,12 +252,13 @@ mod tests {
             memory_mib: 2048,
             cpu_hot_add: false,
             memory_hot_add: true,
+            // In the order vSphere lists them after an edit of the OS disk: last.
             devices: vec![
-                disk("2000", "0", 16 * KB_PER_GIB),
                 disk("2001", "1", 30 * KB_PER_GIB),
                 // A disk of the template's that banlieue did not add: not a data disk.
                 disk("2002", "2", KB_PER_GIB),
                 nic(),
+                disk("2000", "0", 16 * KB_PER_GIB),
             ],
         }
     }
