@@ -98,16 +98,7 @@ pub fn nic_edits(
     wanted: &[WantedNic],
 ) -> Result<Vec<DeviceChange>, BackendError> {
     let nics: Vec<&Element> = devices.iter().filter(|d| is_nic(d)).collect();
-    if wanted.len() > nics.len() {
-        return Err(BackendError::terminal(
-            "TooManyNetworkDevices",
-            format!(
-                "the machine asks for {} network devices and the template has {}; adding devices is not supported",
-                wanted.len(),
-                nics.len()
-            ),
-        ));
-    }
+    nics_suffice(wanted.len(), nics.len())?;
     Ok(nics
         .into_iter()
         .zip(wanted)
@@ -148,11 +139,51 @@ pub fn nic_edits(
         .collect())
 }
 
+/// Whether a template with `have` network devices serves a machine that asks for
+/// `wanted`: each is moved onto one of the template's, and none is added, so more is a
+/// terminal `TooManyNetworkDevices`. Checked before the clone (nothing is made) and
+/// again when the clone is configured.
+pub fn nics_suffice(wanted: usize, have: usize) -> Result<(), BackendError> {
+    if wanted > have {
+        return Err(BackendError::terminal(
+            "TooManyNetworkDevices",
+            format!(
+                "the machine asks for {wanted} network devices and the template has {have}; adding devices is not supported"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// An edit growing the first disk to `gib` GiB, when it is smaller.
 pub fn disk_grow(devices: &[Element], gib: u32) -> Option<DeviceChange> {
     let disk = devices
         .iter()
         .find(|d| d.xsi_type.as_deref() == Some("VirtualDisk"))?;
+    grow(disk, gib)
+}
+
+/// An edit growing the disk at `location` ([`disk_location`]) to `gib` GiB, when it
+/// is smaller.
+pub fn disk_grow_at(devices: &[Element], location: &str, gib: u32) -> Option<DeviceChange> {
+    let disk = devices.iter().find(|d| {
+        d.xsi_type.as_deref() == Some("VirtualDisk")
+            && disk_location(
+                d.text_at(&["controllerKey"]).unwrap_or_default(),
+                d.text_at(&["unitNumber"]).unwrap_or_default(),
+            ) == location
+    })?;
+    grow(disk, gib)
+}
+
+/// The number of network devices.
+pub fn nic_count(devices: &[Element]) -> usize {
+    devices.iter().filter(|d| is_nic(d)).count()
+}
+
+/// An edit of `disk` with its capacity raised to `gib` GiB (vSphere extends the disk
+/// on `edit`, live), when it is smaller.
+fn grow(disk: &Element, gib: u32) -> Option<DeviceChange> {
     let want_kb = u64::from(gib) * 1024 * 1024;
     let have_kb: u64 = disk.text_at(&["capacityInKB"])?.trim().parse().ok()?;
     if want_kb <= have_kb {
@@ -328,6 +359,32 @@ pub fn virtual_disks(devices: &[Element]) -> Vec<VirtualDisk> {
             }
         })
         .collect()
+}
+
+/// Which of `disks` is the OS disk: of those not named in `added` (the disks banlieue
+/// added, by location), the one first on the first controller (`<controller
+/// key>:<unit>` in number order). Never "the first in `config.hardware.device`":
+/// vSphere (and vcsim) list an edited device last, so the device order changes once
+/// a disk has grown.
+pub fn os_disk_index(
+    disks: &[VirtualDisk],
+    added: &std::collections::BTreeMap<String, String>,
+) -> Option<usize> {
+    let order = |location: &str| -> (u64, u64) {
+        let mut parts = location
+            .split(':')
+            .map(|p| p.trim().parse().unwrap_or(u64::MAX));
+        (
+            parts.next().unwrap_or(u64::MAX),
+            parts.next().unwrap_or(u64::MAX),
+        )
+    };
+    disks
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !added.contains_key(&d.location))
+        .min_by_key(|(_, d)| order(&d.location))
+        .map(|(i, _)| i)
 }
 
 /// The type of the first SCSI controller, e.g. `ParaVirtualSCSIController`.

@@ -509,6 +509,17 @@ fn golden_vm_properties() {
     let addresses = vm.addresses();
     assert_eq!(addresses.len(), 1, "{addresses:?}");
     assert!(addresses[0].address.starts_with("10.77."), "{addresses:?}");
+    // What it runs with, from the same answer (no read of its own): vcsim's VM has
+    // no hot-add set, so its ceilings are what it has.
+    let r = crate::backend::resources(&vm);
+    assert_eq!(
+        (r.cpus, r.cores_per_socket, r.memory_mib, r.os_disk_gib),
+        (2, Some(1), 2048, Some(10))
+    );
+    assert_eq!(r.networks, 1);
+    assert_eq!(r.firmware, Some(banlieue_sdk::api::common::Firmware::Bios));
+    assert_eq!((r.max_cpus, r.max_memory_mib), (Some(2), Some(2048)));
+    assert!(r.data_disks.is_empty(), "{r:?}");
     assert!(ok("14_shutdown_guest").child("returnval").is_none());
     assert!(ok("20_logout").child("returnval").is_none());
 }

@@ -49,6 +49,15 @@
 //!    `vsphere://<BIOS UUID>`. While powered on without an address the machine
 //!    reports `WaitingForAddress` (setting `waitForAddress`).
 //!
+//! 5. **Change** ([`change_table`]): every observation carries what the VM runs with,
+//!    read in the same property read as the rest (`config.hardware.numCPU`,
+//!    `numCoresPerSocket`, `memoryMB`, the disks' `capacityInKB` — the first disk as
+//!    the OS disk, the added ones by the names banlieue recorded in `banlieue.disks` —
+//!    the network devices, the firmware, and `cpuHotAddEnabled`/`memoryHotAddEnabled`
+//!    as the hot-add ceilings). `apply_changes` is one `ReconfigVM_Task` for every
+//!    field handed over, returned pending like every task: disks grow live; CPUs, cores
+//!    per socket and memory change only while the VM is powered off.
+//!
 //! `delete` powers the VM off and then destroys it (`Destroy_Task`).
 //!
 //! **Crash safety.** A VM is found by `FindByUuid` on its instance UUID (the UID), so a
@@ -107,7 +116,9 @@
 //! Any other key (but the operator's `capabilities.*`) is refused: the Provider is
 //! `Ready=False InvalidSettings`, naming it and the nearest known key. Not yet supported: content-library images, storage
 //! policies (a terminal `StoragePolicyUnsupported`), adding network devices beyond
-//! the template's, and IPAM pools whose address is not allocated yet.
+//! the template's (a machine asking for more networks than the template has network
+//! devices is refused with `TooManyNetworkDevices` before anything is cloned), CPU and
+//! memory hot-add, and IPAM pools whose address is not allocated yet.
 #![warn(missing_docs)]
 
 mod backend;
@@ -123,6 +134,7 @@ pub mod vmdk;
 mod golden_tests;
 
 use banlieue_sdk::api::common::ProviderClass;
+use banlieue_sdk::api::resources::{ChangeMode, ChangeRule, MachineField};
 use banlieue_sdk::backend::{BackendCapabilities, DiskTransferFormat, ImageSourceKind};
 
 pub use backend::{IMPORT_QEMU_IMG_OPTIONS, VSphereBackend, VSphereFactory};
@@ -135,11 +147,12 @@ pub const CLASS: ProviderClass = ProviderClass::Vsphere;
 /// it): BIOS, EFI and EFI with Secure Boot (`bootOptions.efiSecureBootEnabled`);
 /// cloud-config and Ignition through `guestinfo`; powered on, off and suspended
 /// (`SuspendVM_Task`, exercised against vcsim); images from templates (content-library
-/// items are not supported yet); disks exported as VMDK (or raw) and imported as VMDK.
+/// items are not supported yet); disks exported as VMDK (or raw) and imported as VMDK;
+/// changes to a VM that exists as [`change_table`] says.
 pub fn capabilities() -> BackendCapabilities {
     use banlieue_sdk::api::common::{BootstrapFormat as B, Firmware as F, PowerState as P};
     BackendCapabilities {
-        changes: vec![],
+        changes: change_table(),
         firmware: vec![F::Bios, F::Efi, F::EfiSecure],
         bootstrap_formats: vec![B::CloudConfig, B::Ignition],
         power_states: vec![P::PoweredOn, P::PoweredOff, P::Suspended],
@@ -147,6 +160,36 @@ pub fn capabilities() -> BackendCapabilities {
         disk_export: vec![DiskTransferFormat::Vmdk, DiskTransferFormat::Raw],
         disk_import: vec![DiskTransferFormat::Vmdk],
     }
+}
+
+/// The vSphere backend's change table: how a change reaches a VM that exists, as
+/// implemented (one `ReconfigVM_Task`, returned `Pending` with its task) and shown on
+/// vcsim by `tests/integration/tests/vsphere_changes.rs`. Not listed, so `Never`:
+///
+/// - data disks added or removed, and network devices added or removed: not
+///   implemented yet (a new machine is needed);
+/// - firmware: a guest installed for BIOS does not boot from EFI (nor back), so a made
+///   machine keeps the firmware it was made with.
+///
+/// CPUs and memory are `PowerOff` both ways: vSphere takes more CPUs or memory on a
+/// running VM only when the VM was made with `cpuHotAddEnabled` /
+/// `memoryHotAddEnabled`, which banlieue does not ask at clone time yet, and never
+/// takes fewer while it runs. The table is one per backend, so it says what holds for
+/// every VM banlieue makes; the hot-add ceilings are still reported honestly in
+/// `status.resources.running` (`maxCPUs`/`maxMemoryMiB` = what the VM has, when it has
+/// no hot-add). Cores per socket (the CPU topology) changes only while off, as on
+/// vSphere. The OS disk and additional disks grow `Live` (vSphere extends a
+/// `VirtualDisk` on a running VM); they never shrink (admission refuses it).
+pub fn change_table() -> Vec<ChangeRule> {
+    use ChangeMode::*;
+    use MachineField as M;
+    vec![
+        ChangeRule::both(M::Cpus, PowerOff),
+        ChangeRule::both(M::CoresPerSocket, PowerOff),
+        ChangeRule::both(M::MemoryMib, PowerOff),
+        ChangeRule::grow_shrink(M::OsDiskSize, Live, Never),
+        ChangeRule::grow_shrink(M::DataDiskSize, Live, Never),
+    ]
 }
 
 #[cfg(test)]

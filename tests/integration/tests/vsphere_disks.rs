@@ -212,6 +212,16 @@ async fn a_machine_is_created_on_imported_disks_and_exported_back_byte_for_byte(
         "on the uploaded files: {vm}"
     );
     assert_eq!(vm["disksKB"], json!([8 * 1024, 4 * 1024]), "{vm}");
+    // What it runs with names the imported data disk as the import did (its file),
+    // and the OS disk is not among the data disks.
+    let resources = observed.resources.clone().expect("resources read back");
+    let names: Vec<&str> = resources
+        .data_disks
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(names, ["data"], "{resources:?}");
+    assert_eq!(resources.os_disk_gib, Some(0), "8 MiB: under a GiB");
     assert_eq!(vm["power"], "poweredOn");
     assert_eq!(
         (vm["cpus"].as_i64(), vm["memoryMB"].as_i64()),

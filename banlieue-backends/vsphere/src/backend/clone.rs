@@ -11,7 +11,7 @@ use super::{OpKind, VSphereBackend, vim};
 use crate::client::methods::{self, CloneSpec, ConfigSpec, RelocateSpec};
 use crate::client::{MoRef, PropertySpec};
 use crate::inventory::{Cluster, Datacenter};
-use crate::{guestinfo, inventory};
+use crate::{devices, guestinfo, inventory};
 
 impl VSphereBackend {
     /// A template by inventory path or name, as resolved in the last minute (clones of
@@ -231,13 +231,38 @@ impl VSphereBackend {
                     ),
                 )
             })?;
-        let place = self.placement(request, spec).await?;
-        let (snapshot, disk_move_type) = if spec.clone_mode == CloneMode::LinkedClone {
-            let snap = self
-                .client
-                .properties(&template, &["snapshot.currentSnapshot"])
+        let linked = spec.clone_mode == CloneMode::LinkedClone;
+        // What the clone needs of the template, in one read: its snapshot (linked
+        // clones) and its network devices (the machine's networks are moved onto them
+        // and none is added, so more networks than it has are refused now, before
+        // anything is made, not after the clone).
+        let mut paths = Vec::new();
+        if linked {
+            paths.push("snapshot.currentSnapshot");
+        }
+        if !spec.network.is_empty() {
+            paths.push("config.hardware.device");
+        }
+        let read = if paths.is_empty() {
+            None
+        } else {
+            self.client
+                .properties(&template, &paths)
                 .await
                 .map_err(vim)?
+        };
+        if !spec.network.is_empty() {
+            let template_devices = read
+                .as_ref()
+                .and_then(|o| o.prop("config.hardware.device"))
+                .map(devices::devices)
+                .unwrap_or_default();
+            devices::nics_suffice(spec.network.len(), devices::nic_count(&template_devices))?;
+        }
+        let place = self.placement(request, spec).await?;
+        let (snapshot, disk_move_type) = if linked {
+            let snap = read
+                .as_ref()
                 .and_then(|o| o.moref("snapshot.currentSnapshot"))
                 .ok_or_else(|| {
                     BackendError::terminal(
@@ -451,6 +476,12 @@ mod tests {
             tools_running: false,
             firmware: firmware.map(str::to_string),
             secure_boot,
+            cpus: 1,
+            cores_per_socket: None,
+            memory_mib: 512,
+            cpu_hot_add: false,
+            memory_hot_add: false,
+            devices: vec![],
         }
     }
 

@@ -445,15 +445,20 @@ impl VSphereBackend {
                     .and_then(|e| e.text_at(&["deviceKey"]))
                     .map(|k| k.trim().to_string())
             });
-        if let Some(i) = boot_key.and_then(|k| disks.iter().position(|d| d.key == k)) {
-            let boot = disks.remove(i);
-            disks.insert(0, boot);
-        }
         let recorded = vm
             .extra
             .get(guestinfo::DISK_NAMES_KEY)
             .map(|v| guestinfo::parse_disk_names(v))
             .unwrap_or_default();
+        // The boot order's disk, else the OS disk by its place (the device order
+        // changes once a disk has grown).
+        let boot = boot_key
+            .and_then(|k| disks.iter().position(|d| d.key == k))
+            .or_else(|| devices::os_disk_index(&disks, &recorded));
+        if let Some(i) = boot {
+            let boot = disks.remove(i);
+            disks.insert(0, boot);
+        }
         let mut taken = BTreeSet::new();
         let mut out = Vec::new();
         for (i, disk) in disks.into_iter().enumerate() {

@@ -379,6 +379,12 @@ mod tests {
             tools_running: false,
             firmware: None,
             secure_boot: false,
+            cpus: 1,
+            cores_per_socket: None,
+            memory_mib: 512,
+            cpu_hot_add: false,
+            memory_hot_add: false,
+            devices: vec![],
         }
     }
 

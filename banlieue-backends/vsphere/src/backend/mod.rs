@@ -6,9 +6,12 @@ mod create;
 mod disks;
 mod locate;
 mod power;
+mod resize;
 mod vm;
 
 pub use disks::IMPORT_QEMU_IMG_OPTIONS;
+#[cfg(test)]
+pub(crate) use resize::resources;
 #[cfg(test)]
 pub(crate) use vm::VM_PATHS;
 pub(crate) use vm::Vm;
@@ -21,6 +24,7 @@ use banlieue_kit::tasks::{FailureBook, TaskBook, TaskKind};
 use banlieue_sdk::api::common::PowerState;
 use banlieue_sdk::api::infra::vsphere::VSphereMachineSpec;
 use banlieue_sdk::api::infra::{MachineAddress, MachineAddressType};
+use banlieue_sdk::api::resources::MachineField;
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
     Backend, BackendError, BackendFactory, Connection, Deletion, DiskTransfer, ImageLookup,
@@ -74,6 +78,8 @@ enum OpKind {
     PowerOff,
     Suspend,
     Destroy,
+    /// A change applied to a VM that exists (`apply_changes`).
+    Resize,
 }
 
 impl TaskKind for OpKind {
@@ -87,6 +93,7 @@ impl TaskKind for OpKind {
             Self::PowerOff => "PoweringOff",
             Self::Suspend => "Suspending",
             Self::Destroy => "Deleting",
+            Self::Resize => "ApplyingChanges",
         }
     }
 
@@ -100,6 +107,7 @@ impl TaskKind for OpKind {
             Self::PowerOff => "PowerOffFailed",
             Self::Suspend => "SuspendFailed",
             Self::Destroy => "DeleteFailed",
+            Self::Resize => "ChangeFailed",
         }
     }
 }
@@ -109,7 +117,7 @@ impl OpKind {
         match self {
             Self::Clone => "CloneVM_Task",
             Self::Create => "CreateVM_Task",
-            Self::Configure | Self::Adopt => "ReconfigVM_Task",
+            Self::Configure | Self::Adopt | Self::Resize => "ReconfigVM_Task",
             Self::PowerOn => "PowerOnVM_Task",
             Self::PowerOff => "PowerOffVM_Task",
             Self::Suspend => "SuspendVM_Task",
@@ -139,6 +147,10 @@ pub struct VSphereBackend {
     tasks: TaskBook<OpKind, MoRef>,
     shutdowns: Mutex<HashMap<String, Instant>>,
     failed_clones: FailureBook,
+    /// A change's reconfigure that failed, per UID, until `apply_changes` reports it:
+    /// the machine runs on as it was (its `ensure` does not fail for it), and the
+    /// change says why it is not applied (`UpToDate=False ChangeFailed`).
+    failed_changes: Mutex<HashMap<String, BackendError>>,
     topology: tokio::sync::Mutex<Option<(Arc<Topology>, Instant)>>,
     sightings: locate::Sightings,
 }
@@ -198,6 +210,7 @@ impl VSphereBackend {
             tasks: TaskBook::new(),
             shutdowns: Mutex::new(HashMap::new()),
             failed_clones: FailureBook::new(),
+            failed_changes: Mutex::new(HashMap::new()),
             topology: tokio::sync::Mutex::new(None),
             sightings: locate::Sightings::default(),
         })
@@ -296,8 +309,9 @@ impl VSphereBackend {
             address: vm.name.clone(),
         });
         MachineObservation {
+            // No NextBoot rows: what the next boot uses is what the config says now.
             next_boot: None,
-            resources: None,
+            resources: Some(resize::resources(vm)),
             provider_id: vm.bios_uuid.as_ref().map(|u| format!("vsphere://{u}")),
             power_state: Some(vm.power),
             addresses,
@@ -373,6 +387,14 @@ impl Backend for VSphereBackend {
                 Created::Now(vm) => (vm, Ok(None)),
                 Created::Not(observation) => return Ok(observation),
             },
+        };
+        let polled = match polled {
+            // A change failed: the machine is still what it was; the change reports it.
+            Err(e) if e.reason == OpKind::Resize.failure_reason() => {
+                lock(&self.failed_changes).insert(uid.clone(), e);
+                Ok(None)
+            }
+            other => other,
         };
         if let Some((kind, task)) = polled? {
             return Ok(self.observation(&vm, Some(self.pending(uid, kind, Some(&task)))));
@@ -507,6 +529,7 @@ impl Backend for VSphereBackend {
         match self.destroyed(uid).await? {
             Some(true) => {
                 self.failed_clones.forget(uid);
+                lock(&self.failed_changes).remove(uid);
                 return Ok(Deletion::Gone);
             }
             Some(false) => {
@@ -525,6 +548,7 @@ impl Backend for VSphereBackend {
         };
         let Some(vm) = vm else {
             self.failed_clones.forget(uid);
+            lock(&self.failed_changes).remove(uid);
             return Ok(match running {
                 Some(_) => Deletion::InProgress {
                     retry_after: self.next_poll(uid),
@@ -560,6 +584,47 @@ impl Backend for VSphereBackend {
         Ok(Deletion::InProgress {
             retry_after: self.next_poll(uid),
         })
+    }
+
+    /// One `ReconfigVM_Task` for every field handed over (`resize_spec`:
+    /// CPUs, cores per socket and memory while powered off, disks grown in any power
+    /// state), returned `Pending` with the task like every other task; the next
+    /// `ensure` polls it and reads the VM back. A task of the machine's still running
+    /// is reported, not doubled; fields the VM has already add nothing.
+    async fn apply_changes(
+        &self,
+        request: &MachineRequest,
+        fields: &[MachineField],
+    ) -> Result<MachineObservation, BackendError> {
+        let identity = &request.identity;
+        check_uid(identity)?;
+        let uid = &identity.uid;
+        let (found, polled) = self.find_and_poll(identity).await?;
+        let Some(vm) = found else {
+            return Err(BackendError::machine_missing(
+                identity.provider_id.as_deref().unwrap_or(uid),
+                self.client.endpoint(),
+            ));
+        };
+        if let Some((kind, task)) = polled? {
+            return Ok(self.observation(&vm, Some(self.pending(uid, kind, Some(&task)))));
+        }
+        // The last try failed: say so once (transient: the controller tries again).
+        if let Some(error) = lock(&self.failed_changes).remove(uid) {
+            return Err(error);
+        }
+        let Some(config) = resize::resize_spec(&vm, &request.spec.resources(), fields)? else {
+            return Ok(self.observation(&vm, None));
+        };
+        let task = self
+            .start(
+                uid,
+                OpKind::Resize,
+                &methods::reconfig_vm_task(&vm.moref, &config),
+            )
+            .await?;
+        info!(uid = %uid, vm = %vm.moref, ?fields, cpus = ?config.num_cpus, memory_mib = ?config.memory_mib, disks = config.device_change.len(), "vsphere: applying changes");
+        Ok(self.observation(&vm, Some(self.pending(uid, OpKind::Resize, Some(&task)))))
     }
 
     fn disk_transfer(&self) -> Option<&dyn DiskTransfer> {

@@ -7,7 +7,13 @@ use banlieue_sdk::api::common::PowerState;
 use banlieue_sdk::api::infra::{MachineAddress, MachineAddressType};
 
 use crate::client::methods;
-use crate::client::{MoRef, ObjectContent};
+use crate::client::{Element, MoRef, ObjectContent};
+use crate::devices;
+
+/// A whole-number property (`numCPU`, `memoryMB`, ...), when it reads as one.
+fn number(o: &ObjectContent, path: &str) -> Option<u64> {
+    o.text(path)?.trim().parse().ok()
+}
 
 /// A VM as banlieue reads it.
 #[derive(Clone, Debug)]
@@ -25,6 +31,19 @@ pub(crate) struct Vm {
     pub(crate) firmware: Option<String>,
     /// `config.bootOptions.efiSecureBootEnabled`.
     pub(crate) secure_boot: bool,
+    /// `config.hardware.numCPU`.
+    pub(crate) cpus: u32,
+    /// `config.hardware.numCoresPerSocket`.
+    pub(crate) cores_per_socket: Option<u32>,
+    /// `config.hardware.memoryMB`.
+    pub(crate) memory_mib: u64,
+    /// `config.cpuHotAddEnabled`.
+    pub(crate) cpu_hot_add: bool,
+    /// `config.memoryHotAddEnabled`.
+    pub(crate) memory_hot_add: bool,
+    /// `config.hardware.device`: read in the same call as the rest, so what the VM
+    /// runs with (disks, network devices) costs no extra round trip.
+    pub(crate) devices: Vec<Element>,
 }
 
 pub(crate) const VM_PATHS: &[&str] = &[
@@ -38,6 +57,12 @@ pub(crate) const VM_PATHS: &[&str] = &[
     "guest.toolsRunningStatus",
     "config.firmware",
     "config.bootOptions",
+    "config.hardware.numCPU",
+    "config.hardware.numCoresPerSocket",
+    "config.hardware.memoryMB",
+    "config.hardware.device",
+    "config.cpuHotAddEnabled",
+    "config.memoryHotAddEnabled",
 ];
 
 impl Vm {
@@ -84,6 +109,17 @@ impl Vm {
                 .prop("config.bootOptions")
                 .and_then(|b| b.text_at(&["efiSecureBootEnabled"]))
                 == Some("true"),
+            cpus: number(o, "config.hardware.numCPU").unwrap_or_default() as u32,
+            cores_per_socket: number(o, "config.hardware.numCoresPerSocket")
+                .filter(|n| *n > 0)
+                .map(|n| n as u32),
+            memory_mib: number(o, "config.hardware.memoryMB").unwrap_or_default(),
+            cpu_hot_add: o.text("config.cpuHotAddEnabled") == Some("true"),
+            memory_hot_add: o.text("config.memoryHotAddEnabled") == Some("true"),
+            devices: o
+                .prop("config.hardware.device")
+                .map(devices::devices)
+                .unwrap_or_default(),
         }
     }
 
