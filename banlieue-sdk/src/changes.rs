@@ -55,8 +55,9 @@ fn disks(list: &[DiskSize]) -> String {
 
 /// What differs between `running` and `desired`, in [`MachineField::ALL`]'s order. A
 /// size only one side knows (a backend that does not read a topology back, a spec
-/// that leaves the OS disk at the image's size) is not a difference; neither is an OS
-/// disk larger than asked (the size asked is a floor).
+/// that leaves the OS disk at the image's size, a spec that lists no network device)
+/// is not a difference; neither is an OS disk larger than asked (the size asked is a
+/// floor).
 pub fn differences(desired: &MachineResources, running: &MachineResources) -> Vec<Difference> {
     use MachineField as F;
     let mut out = Vec::new();
@@ -129,7 +130,10 @@ pub fn differences(desired: &MachineResources, running: &MachineResources) -> Ve
             !removed,
         ));
     }
-    if desired.networks != running.networks {
+    // No network asked is not "no network": a VSphereMachine without `network` keeps
+    // its template's devices. So 0 asked is not a difference (nor a way to remove the
+    // last device).
+    if desired.networks != 0 && desired.networks != running.networks {
         out.push(Difference::new(
             F::Networks,
             running.networks,
@@ -506,6 +510,12 @@ mod tests {
 
     #[test]
     fn unknown_sides_are_not_differences() {
+        let mut none_asked = shape(2, 2048);
+        none_asked.networks = 0;
+        assert!(
+            differences(&none_asked, &shape(2, 2048)).is_empty(),
+            "a template's NICs kept"
+        );
         let mut want = shape(2, 2048);
         want.cores_per_socket = Some(2);
         want.os_disk_gib = Some(40);
