@@ -622,7 +622,14 @@ impl Backend for ChBackend {
         let dir = self.dir_of(&request.identity)?;
         let _guard = lock(dir.path()).await;
         let mut record = match (dir.load()?, &request.identity.provider_id) {
-            (Some(record), _) => record,
+            (Some(mut record), _) => {
+                // Found by provider ID for an object with another UID (or name): it
+                // owns the machine now, and `made_for` says so.
+                if record.adopt(&request.identity) {
+                    dir.save(&record)?;
+                }
+                record
+            }
             (None, Some(provider_id)) => {
                 return Err(BackendError::machine_missing(
                     provider_id,
@@ -663,7 +670,7 @@ impl Backend for ChBackend {
                 found.push(MadeFor {
                     provider_id: format!("cloud-hypervisor://{}", record.uid),
                     backend_ref: dir.path().display().to_string(),
-                    uid: Some(record.uid),
+                    uid: Some(record.owner_uid().to_owned()),
                     deleting: false,
                 });
             }

@@ -81,6 +81,7 @@ pub async fn prepare(
         uid: identity.uid.clone(),
         namespace: identity.namespace.clone(),
         name: identity.name.clone(),
+        owner: None,
         pid: None,
         intent: if spec.power_state == PowerState::PoweredOff {
             Intent::Stop

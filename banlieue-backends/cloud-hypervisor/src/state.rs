@@ -56,6 +56,12 @@ pub struct Record {
     pub namespace: String,
     /// Its name.
     pub name: String,
+    /// The UID of the object that owns the machine now, when it was adopted by one
+    /// other than the object it was made for (`clusterctl move`, a restore): the
+    /// directory and the provider ID keep the first UID, which no object holds any
+    /// more. `None`: the object it was made for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// The VMM's pid, once one was started.
     pub pid: Option<u32>,
     /// What banlieue last asked.
@@ -83,6 +89,26 @@ pub struct Record {
     /// export can say which disk each file is.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disk_names: Vec<String>,
+}
+
+impl Record {
+    /// The UID of the object that owns the machine now.
+    pub fn owner_uid(&self) -> &str {
+        self.owner.as_deref().unwrap_or(&self.uid)
+    }
+
+    /// Records `identity`'s object as the owner (retagging, as the other backends do
+    /// when they adopt a machine under a new UID); true when that changed anything.
+    pub fn adopt(&mut self, identity: &banlieue_sdk::backend::MachineIdentity) -> bool {
+        let owner = (identity.uid != self.uid).then(|| identity.uid.clone());
+        let changed = owner != self.owner
+            || identity.namespace != self.namespace
+            || identity.name != self.name;
+        self.owner = owner;
+        self.namespace.clone_from(&identity.namespace);
+        self.name.clone_from(&identity.name);
+        changed
+    }
 }
 
 /// Milliseconds since the epoch.
@@ -230,5 +256,33 @@ mod tests {
         assert!(VmDir::new(root.path(), "../etc").is_err());
         assert_eq!(dir.partial(), root.path().join("0a1b-2c.partial"));
         assert_eq!(dir.imported(), root.path().join("0a1b-2c.imported"));
+    }
+
+    #[test]
+    fn an_adopting_object_owns_the_machine_and_the_first_one_owns_it_back() {
+        use banlieue_sdk::backend::MachineIdentity;
+        let mut record = Record {
+            uid: "first".into(),
+            namespace: "ns".into(),
+            name: "m".into(),
+            ..Default::default()
+        };
+        // (who ensures it, changed, the owner after)
+        let cases = [
+            (MachineIdentity::new("first", "ns", "m"), false, "first"),
+            (MachineIdentity::new("moved", "ns", "m"), true, "moved"),
+            (MachineIdentity::new("moved", "ns", "m"), false, "moved"),
+            (MachineIdentity::new("moved", "other", "m2"), true, "moved"),
+            (MachineIdentity::new("first", "ns", "m"), true, "first"),
+        ];
+        for (identity, changed, owner) in cases {
+            assert_eq!(record.adopt(&identity), changed, "{identity:?}");
+            assert_eq!(record.owner_uid(), owner);
+            assert_eq!(
+                (&*record.namespace, &*record.name),
+                (&*identity.namespace, &*identity.name)
+            );
+        }
+        assert_eq!(record.owner, None);
     }
 }

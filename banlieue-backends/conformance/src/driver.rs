@@ -112,8 +112,9 @@ pub(crate) async fn apply(
     loop {
         match backend.apply_changes(request, fields).await {
             Ok(seen) if seen.pending.is_none() => return Ok(seen),
-            // A long change (a reconfigure task) in flight: the controller looks again.
-            Ok(_) => return observe(backend, &request.identity, patience, effort).await,
+            // A long change (a reconfigure task) in flight: the controller comes back
+            // with `ensure`, which follows the backend's operation in flight.
+            Ok(_) => return settle(backend, request, patience, effort).await,
             Err(e) if e.is_transient() && Instant::now() < deadline => {
                 effort.transients += 1;
                 pause(e.retry_after).await;
@@ -163,6 +164,10 @@ pub(crate) fn names(fields: &[MachineField]) -> String {
 /// controller does with `changePolicy: Restart`: what the table says is live is applied
 /// and must read back at once; what waits for a power cycle must still read back as it
 /// was (nothing is reported applied before it is) and read back applied after one.
+///
+/// What the machine runs with is read as the controller reads it: from `ensure` with
+/// the desired spec (which must not apply the change by itself: that is
+/// `apply_changes`'s job, once the controller decided).
 pub(crate) async fn change(
     backend: &dyn Backend,
     desired: &MachineRequest,
@@ -170,9 +175,8 @@ pub(crate) async fn change(
     patience: Duration,
     effort: &mut Effort,
 ) -> Result<String, String> {
-    let identity = &desired.identity;
     let asked = desired.spec.resources();
-    let seen = observe(backend, identity, patience, effort).await?;
+    let seen = settle(backend, desired, patience, effort).await?;
     let running = seen.resources.clone().ok_or(
         "the machine's resources are not read back (a backend with a change table must read them)",
     )?;
@@ -205,7 +209,7 @@ pub(crate) async fn change(
     if !first.apply.is_empty() {
         apply(backend, desired, &first.apply, patience, effort).await?;
     }
-    let after = observe(backend, identity, patience, effort).await?;
+    let after = settle(backend, desired, patience, effort).await?;
     let after_resources = after.resources.clone().unwrap_or_default();
     let left: Vec<MachineField> = changes::differences(&asked, &after_resources)
         .into_iter()
@@ -252,8 +256,7 @@ pub(crate) async fn change(
     }
     let mut on = desired.clone();
     on.spec.set_power_state(PowerState::PoweredOn);
-    settle(backend, &on, patience, effort).await?;
-    let cycled = observe(backend, identity, patience, effort).await?;
+    let cycled = settle(backend, &on, patience, effort).await?;
     let cycled_resources = cycled.resources.clone().unwrap_or_default();
     let still = changes::differences(&asked, &cycled_resources);
     if !still.is_empty() {

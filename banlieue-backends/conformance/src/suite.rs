@@ -414,8 +414,7 @@ async fn change_rows(
             mode.as_str()
         );
         let mut effort = Effort::default();
-        let running = match driver::observe(backend, &request.identity, patience, &mut effort).await
-        {
+        let running = match driver::settle(backend, request, patience, &mut effort).await {
             Ok(seen) => seen.resources.unwrap_or_default(),
             Err(why) => {
                 report.record(name, Outcome::Failed(why));

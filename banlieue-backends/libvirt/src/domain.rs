@@ -16,6 +16,18 @@ use crate::xml::escape;
 /// banlieue's XML namespace in `<metadata>`.
 pub const METADATA_NS: &str = "https://banlieue.io/xmlns/libvirt/v1";
 
+/// banlieue's `<metadata>` element for `id`, as `virDomainSetMetadata` takes it (no
+/// prefix: libvirt puts it in [`METADATA_NS`] under the key `banlieue`): what an
+/// adopting object (a move, a restore) writes so the domain names its new owner.
+pub(crate) fn metadata_element(id: &MachineIdentity) -> String {
+    format!(
+        "<machine><uid>{}</uid><namespace>{}</namespace><name>{}</name></machine>",
+        escape(&id.uid),
+        escape(&id.namespace),
+        escape(&id.name)
+    )
+}
+
 /// `kvm` (hardware virtualisation) or `qemu` (TCG).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DomainType {

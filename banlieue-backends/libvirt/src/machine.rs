@@ -15,8 +15,8 @@ use virt::storage_pool::StoragePool;
 
 use crate::client::Client;
 use crate::domain::{
-    DomainPlan, VolumeRef, data_volume_name, domain_name, domain_xml, os_volume_name,
-    parse_defined, seed_volume_name, volume_prefix,
+    DomainPlan, METADATA_NS, VolumeRef, data_volume_name, domain_name, domain_xml,
+    metadata_element, os_volume_name, parse_defined, seed_volume_name, volume_prefix,
 };
 use crate::error::{classify, is_not_found};
 use crate::{changes, disks, inventory, seed, volumes};
@@ -122,13 +122,47 @@ pub fn ensure(
     check_uid(&id.uid)?;
     let conn = client.conn()?;
     match (find(&conn, &id.uid)?, &request.identity.provider_id) {
-        (Some(dom), _) => power(client, &conn, &dom, id, spec),
+        (Some(dom), Some(_)) => {
+            retag(&dom, &request.identity)?;
+            power(client, &conn, &dom, id, spec)
+        }
+        (Some(dom), None) => power(client, &conn, &dom, id, spec),
         (None, Some(provider_id)) => Err(BackendError::machine_missing(
             provider_id,
             format!("libvirt host {}", conn.hostname().unwrap_or_default()),
         )),
         (None, None) => create(client, &conn, request, spec),
     }
+}
+
+/// A domain found by its provider ID for an object whose UID is not in its metadata (a
+/// moved or restored object adopting it): the metadata is rewritten to name the new
+/// owner, as every backend retags what it adopts, so `made_for` reports the UID a live
+/// object holds. One metadata read per `ensure` of an adopted machine; a write once.
+fn retag(dom: &Domain, owner: &MachineIdentity) -> Result<(), BackendError> {
+    const ELEMENT: i32 = virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32;
+    let current = dom
+        .metadata(ELEMENT, Some(METADATA_NS), 0)
+        .map_err(|e| classify("reading the domain's metadata", &e))?;
+    let parsed = parse_defined(&format!("<domain><metadata>{current}</metadata></domain>"))
+        .map_err(|e| BackendError::transient("DomainUnreadable", format!("metadata: {e}")))?;
+    if parsed.uid.as_deref() == Some(owner.uid.as_str()) {
+        return Ok(());
+    }
+    let mut flags = virt::sys::VIR_DOMAIN_AFFECT_CONFIG;
+    if dom.is_active().unwrap_or(false) {
+        flags |= virt::sys::VIR_DOMAIN_AFFECT_LIVE;
+    }
+    dom.set_metadata(
+        ELEMENT,
+        Some(&metadata_element(owner)),
+        Some("banlieue"),
+        Some(METADATA_NS),
+        flags,
+    )
+    .map_err(|e| classify("retagging the domain's metadata", &e))?;
+    tracing::info!(uid = %owner.uid, was = ?parsed.uid, "retagged adopted libvirt domain");
+    Ok(())
 }
 
 fn create(

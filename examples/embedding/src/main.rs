@@ -19,11 +19,7 @@
 //! `LEASE_NAMESPACE` (default `default`), and `LEASE_DURATION`, `RENEW_DEADLINE`,
 //! `RETRY_PERIOD` (default `15s`, `10s`, `2s`).
 
-mod lab;
-mod machine;
-
-/// The backend class this operator serves.
-pub const CLASS: &str = "lab";
+use banlieue_example_embedding::{CLASS, lab, machine};
 
 use std::sync::Arc;
 
