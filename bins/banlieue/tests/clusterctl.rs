@@ -155,6 +155,30 @@ async fn clusterctl_accepts_our_release() {
         );
         assert_eq!(labels["clusterctl.cluster.x-k8s.io"], "");
     }
+    // The admission policies pass through. clusterctl v1.14 knows a fixed list of
+    // cluster-scoped kinds (cmd/clusterctl/internal/util/objs.go) without them, so it
+    // gives them the target namespace; the API server drops a namespace sent with a
+    // cluster-scoped kind, and `clusterctl init` below installs them cluster-wide.
+    let policies: Vec<&Value> = components
+        .iter()
+        .filter(|o| {
+            o["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("ValidatingAdmissionPolicy"))
+        })
+        .collect();
+    assert_eq!(
+        policies.len(),
+        2 * banlieue_sdk::admission::policies().len()
+    );
+    for policy in policies {
+        let namespace = policy["metadata"]["namespace"].as_str();
+        assert!(
+            matches!(namespace, None | Some("banlieue-system")),
+            "{}: {namespace:?}",
+            policy["metadata"]["name"]
+        );
+    }
     let deployment = components
         .iter()
         .find(|o| o["kind"] == "Deployment")
