@@ -5,6 +5,8 @@
 //!   (the Cluster API InfraMachine and InfraCluster kinds of every backend and their
 //!   templates, in [`api::infra`]).
 //! - [`crds`]: every CustomResourceDefinition, as objects or YAML.
+//! - [`admission`]: the ValidatingAdmissionPolicies installed with them (what a CRD
+//!   rule cannot see: a Cluster API machine's hardware is immutable).
 //! - [`backend`]: the [`backend::Backend`] trait a hypervisor adapter implements, and
 //!   the [`backend::BackendRegistry`] of classes and machine kinds an operator serves.
 //! - [`contract`]: the Cluster API contract read uniformly across kinds, and the kind
@@ -42,6 +44,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod admission;
 pub mod api;
 pub mod backend;
 pub mod build;

@@ -35,6 +35,8 @@ fn plural(kind: &str) -> &'static str {
     match kind {
         "Namespace" => "namespaces",
         "CustomResourceDefinition" => "customresourcedefinitions",
+        "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
         "ServiceAccount" => "serviceaccounts",
         "ClusterRole" => "clusterroles",
         "ClusterRoleBinding" => "clusterrolebindings",

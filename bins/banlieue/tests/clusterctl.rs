@@ -155,6 +155,30 @@ async fn clusterctl_accepts_our_release() {
         );
         assert_eq!(labels["clusterctl.cluster.x-k8s.io"], "");
     }
+    // The admission policies pass through. clusterctl v1.14 knows a fixed list of
+    // cluster-scoped kinds (cmd/clusterctl/internal/util/objs.go) without them, so it
+    // gives them the target namespace; the API server drops a namespace sent with a
+    // cluster-scoped kind, and `clusterctl init` below installs them cluster-wide.
+    let policies: Vec<&Value> = components
+        .iter()
+        .filter(|o| {
+            o["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("ValidatingAdmissionPolicy"))
+        })
+        .collect();
+    assert_eq!(
+        policies.len(),
+        2 * banlieue_sdk::admission::policies().len()
+    );
+    for policy in policies {
+        let namespace = policy["metadata"]["namespace"].as_str();
+        assert!(
+            matches!(namespace, None | Some("banlieue-system")),
+            "{}: {namespace:?}",
+            policy["metadata"]["name"]
+        );
+    }
     let deployment = components
         .iter()
         .find(|o| o["kind"] == "Deployment")
@@ -422,4 +446,40 @@ async fn clusterctl_init_installs_banlieue_next_to_capi() {
         .expect("clusterctl's inventory entry for banlieue");
     assert_eq!(ours.data["version"], VERSION);
     assert_eq!(ours.data["type"], "InfrastructureProvider");
+
+    // The admission policies came with the components: cluster-scoped, written by
+    // clusterctl (its label; the test control plane's own copies carry none).
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let policies = Api::<ValidatingAdmissionPolicy>::all(client.clone());
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
+    for (policy, binding) in banlieue_sdk::admission::policies()
+        .iter()
+        .zip(banlieue_sdk::admission::bindings())
+    {
+        let name = policy.metadata.name.as_deref().unwrap();
+        let installed = policies.get(name).await.expect("the policy");
+        // The apiserver defaults the match constraints (selectors, scope): compare
+        // what the policy says.
+        let (got, want) = (installed.spec.unwrap(), policy.spec.clone().unwrap());
+        assert_eq!(got.match_conditions, want.match_conditions, "{name}");
+        assert_eq!(got.variables, want.variables, "{name}");
+        assert_eq!(got.validations, want.validations, "{name}");
+        let labels = installed.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("clusterctl.cluster.x-k8s.io")
+                .map(String::as_str),
+            Some(""),
+            "{name} written by clusterctl"
+        );
+        let installed = bindings
+            .get(binding.metadata.name.as_deref().unwrap())
+            .await
+            .expect("the binding");
+        let (got, want) = (installed.spec.unwrap(), binding.spec.unwrap());
+        assert_eq!(got.policy_name, want.policy_name, "{name}");
+        assert_eq!(got.validation_actions, want.validation_actions, "{name}");
+    }
 }

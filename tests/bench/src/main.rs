@@ -278,7 +278,7 @@ impl Plane {
         let audit_log = scratch.path().join("audit.log");
         std::fs::write(&policy, measure::audit_policy(&args.audit_level))?;
         let mut config = ControlPlaneConfig::from_env()
-            .crds(banlieue_sdk::crds::all())
+            .banlieue_api()
             .etcd_arg(format!(
                 "--quota-backend-bytes={}",
                 measure::ETCD_QUOTA_BYTES

@@ -196,7 +196,7 @@ async fn demo(args: Args) -> ExitCode {
     }
 
     step!("starting a local control plane (etcd + kube-apiserver)");
-    let config = ControlPlaneConfig::from_env().crds(banlieue_sdk::crds::all());
+    let config = ControlPlaneConfig::from_env().banlieue_api();
     let mut starting = tokio::task::spawn_blocking(move || ControlPlane::start(config));
     let start_result = tokio::select! {
         result = &mut starting => result,

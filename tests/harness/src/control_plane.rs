@@ -9,6 +9,9 @@ use std::process::Command;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -42,6 +45,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 #[must_use]
 pub struct ControlPlaneConfig {
     crds: Vec<CustomResourceDefinition>,
+    policies: Vec<ValidatingAdmissionPolicy>,
+    policy_bindings: Vec<ValidatingAdmissionPolicyBinding>,
     binaries: Option<Binaries>,
     start_timeout: Duration,
     stop_timeout: Duration,
@@ -74,6 +79,8 @@ impl ControlPlaneConfig {
     pub fn from_env() -> Self {
         Self {
             crds: Vec::new(),
+            policies: Vec::new(),
+            policy_bindings: Vec::new(),
             binaries: None,
             start_timeout: env_duration("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT")
                 .unwrap_or(DEFAULT_START_TIMEOUT),
@@ -90,6 +97,29 @@ impl ControlPlaneConfig {
     pub fn crds(mut self, crds: impl IntoIterator<Item = CustomResourceDefinition>) -> Self {
         self.crds.extend(crds);
         self
+    }
+
+    /// ValidatingAdmissionPolicies and their bindings to apply (server-side, forced)
+    /// once the CRDs are established. The apiserver enforces a new policy about a
+    /// second later (its policy informer); nothing in the API says when, so a test of
+    /// a policy waits for its first refusal.
+    pub fn admission_policies(
+        mut self,
+        policies: impl IntoIterator<Item = ValidatingAdmissionPolicy>,
+        bindings: impl IntoIterator<Item = ValidatingAdmissionPolicyBinding>,
+    ) -> Self {
+        self.policies.extend(policies);
+        self.policy_bindings.extend(bindings);
+        self
+    }
+
+    /// banlieue's API as an install has it: every CRD ([`banlieue_sdk::crds::all`])
+    /// and the admission policies shipped with them ([`banlieue_sdk::admission`]).
+    pub fn banlieue_api(self) -> Self {
+        self.crds(banlieue_sdk::crds::all()).admission_policies(
+            banlieue_sdk::admission::policies(),
+            banlieue_sdk::admission::bindings(),
+        )
     }
 
     /// Uses these binaries instead of looking them up.
@@ -488,6 +518,7 @@ async fn start_processes(
     let apiserver_ready = started.elapsed();
 
     install_crds(&client, &config.crds, config.start_timeout).await?;
+    install_policies(&client, &config.policies, &config.policy_bindings).await?;
     if env_flag("BANLIEUE_TESTENV_VERBOSE") {
         crate::note(&format!(
             "control plane at {server_url} ready: etcd {etcd_ready:.1?}, apiserver {apiserver_ready:.1?}, \
@@ -685,6 +716,34 @@ async fn install_crds(
             name: name.to_owned(),
             reason,
         });
+    }
+    Ok(())
+}
+
+/// Applies each policy, then each binding, server-side.
+async fn install_policies(
+    client: &Client,
+    policies: &[ValidatingAdmissionPolicy],
+    bindings: &[ValidatingAdmissionPolicyBinding],
+) -> Result<(), Error> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let api = Api::<ValidatingAdmissionPolicy>::all(client.clone());
+    for policy in policies {
+        let name = policy.metadata.name.as_deref().unwrap_or_default();
+        api.patch(name, &params, &Patch::Apply(policy))
+            .await
+            .map_err(Error::kube(format!(
+                "applying ValidatingAdmissionPolicy {name}"
+            )))?;
+    }
+    let api = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
+    for binding in bindings {
+        let name = binding.metadata.name.as_deref().unwrap_or_default();
+        api.patch(name, &params, &Patch::Apply(binding))
+            .await
+            .map_err(Error::kube(format!(
+                "applying ValidatingAdmissionPolicyBinding {name}"
+            )))?;
     }
     Ok(())
 }

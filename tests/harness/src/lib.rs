@@ -71,7 +71,8 @@ pub use workspace_bin::workspace_binary;
 static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
 
 /// The control plane shared by all tests of this binary, started on first use with every
-/// banlieue CRD ([`banlieue_sdk::crds::all`]) installed and established.
+/// banlieue CRD ([`banlieue_sdk::crds::all`]) installed and established, and the
+/// admission policies an install ships ([`ControlPlaneConfig::banlieue_api`]).
 ///
 /// Blocks while starting (seconds); safe to call from sync code and from any Tokio runtime.
 /// A failed start is remembered: every later caller panics with the same message instead of
@@ -82,7 +83,7 @@ static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
 /// `make testbin`); the message includes the tail of the failing process's log.
 pub fn shared() -> &'static ControlPlane {
     let started = SHARED.get_or_init(|| {
-        let config = ControlPlaneConfig::from_env().crds(banlieue_sdk::crds::all());
+        let config = ControlPlaneConfig::from_env().banlieue_api();
         ControlPlane::start(config).map_err(|e| e.to_string())
     });
     match started {

@@ -3,8 +3,8 @@
 //! apiserver's message must contain.
 
 use banlieue_integration_tests::admission_cases::{
-    Case, accept_update, assert_none_failed, named, provider, reject, reject_post, reject_status,
-    reject_update, run, vm, vm_class, vm_image,
+    Case, accept, accept_status, accept_update, assert_none_failed, named, provider, reject,
+    reject_post, reject_status, reject_update, run, vm, vm_class, vm_image,
 };
 use banlieue_integration_tests::{apply, with, without};
 use serde_json::{Value, json};
@@ -727,4 +727,267 @@ async fn the_base_objects_are_valid() {
             .await
             .unwrap_or_else(|e| panic!("{} rejected: {e}", object["kind"]));
     }
+}
+
+// ---------------------------------------------------------------------------------
+// Cluster API machines keep their hardware (banlieue_sdk::admission, docs/adr/0023):
+// the ValidatingAdmissionPolicies an install ships, installed by the test control
+// plane from the same SDK functions (`ControlPlaneConfig::banlieue_api`).
+
+/// `object` with one owner reference (`controller: true`, as Cluster API sets it).
+fn owned_by(object: Value, api_version: &str, kind: &str, name: &str) -> Value {
+    with(
+        object,
+        "/metadata/ownerReferences",
+        json!([{"apiVersion": api_version, "kind": kind, "name": name,
+                "uid": "6c0f3d4e-0000-4000-8000-000000000001", "controller": true}]),
+    )
+}
+
+fn capi_owned(object: Value) -> Value {
+    owned_by(object, "cluster.x-k8s.io/v1beta2", "Machine", "w1")
+}
+
+const OWNED_VSPHERE: &str = "is owned by Machine w1: its hardware is immutable (Cluster API convention); \
+     create a new VSphereMachineTemplate, point the MachineDeployment or control plane at it and \
+     let Cluster API roll out instead (changed: spec.memoryMiB, spec.numCPUs)";
+
+/// A policy is enforced about a second after it is created (the apiserver's informer),
+/// and no API says when: retry the first refusal until it comes, so that no accepted
+/// case below passes only because the policy was not enforced yet.
+async fn wait_until_enforced(client: &kube::Client, namespace: &str) {
+    let probe = reject_update(
+        "probe",
+        capi_owned(vsphere_machine()),
+        capi_owned(with(
+            with(vsphere_machine(), "/spec/numCPUs", json!(4)),
+            "/spec/memoryMiB",
+            json!(4096),
+        )),
+        OWNED_VSPHERE,
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    for attempt in 0.. {
+        match run(client, namespace, &format!("probe-{attempt}"), &probe).await {
+            Ok(()) => return,
+            Err(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(why) => panic!("the hardware policy was not enforced within 30 s: {why}"),
+        }
+    }
+}
+
+fn hardware_cases() -> Vec<Case> {
+    let vs = vsphere_machine;
+    vec![
+        reject_update(
+            "CAPI-owned VSphereMachine resized",
+            capi_owned(vs()),
+            capi_owned(with(
+                with(vs(), "/spec/numCPUs", json!(4)),
+                "/spec/memoryMiB",
+                json!(4096),
+            )),
+            OWNED_VSPHERE,
+        ),
+        reject_update(
+            "CAPI-owned LibvirtMachine resized",
+            capi_owned(libvirt_machine()),
+            capi_owned(with(
+                with(libvirt_machine(), "/spec/cpus", json!(2)),
+                "/spec/memoryMiB",
+                json!(1024),
+            )),
+            "create a new LibvirtMachineTemplate, point the MachineDeployment or control plane at it \
+             and let Cluster API roll out instead (changed: spec.cpus, spec.memoryMiB)",
+        ),
+        reject_update(
+            "CAPI-owned ProxmoxMachine moved to another bridge",
+            capi_owned(proxmox_machine()),
+            capi_owned(with(
+                proxmox_machine(),
+                "/spec/network/0/bridge",
+                json!("vmbr1"),
+            )),
+            "(changed: spec.network)",
+        ),
+        // A grow is fine on a standalone machine (the table above); not on CAPI's.
+        reject_update(
+            "CAPI-owned CloudHypervisorMachine disk grown",
+            capi_owned(with(ch_machine(), "/spec/diskGiB", json!(10))),
+            capi_owned(with(ch_machine(), "/spec/diskGiB", json!(20))),
+            "(changed: spec.diskGiB)",
+        ),
+        reject_update(
+            "CAPI-owned machine powered off",
+            capi_owned(vs()),
+            capi_owned(with(vs(), "/spec/powerState", json!("PoweredOff"))),
+            "(changed: spec.powerState)",
+        ),
+        reject_update(
+            "CAPI-owned machine moved to another Provider while running",
+            capi_owned(with(vs(), "/spec/providerRef", json!({"name": "p1"}))),
+            capi_owned(with(vs(), "/spec/providerRef", json!({"name": "p2"}))),
+            "(changed: spec.providerRef)",
+        ),
+        reject_update(
+            "owned by a v1beta1 Machine",
+            owned_by(vs(), "cluster.x-k8s.io/v1beta1", "Machine", "old"),
+            owned_by(
+                with(vs(), "/spec/numCPUs", json!(4)),
+                "cluster.x-k8s.io/v1beta1",
+                "Machine",
+                "old",
+            ),
+            "is owned by Machine old: its hardware is immutable",
+        ),
+        // Dropping the owner in the same write does not lift the rule.
+        reject_update(
+            "owner dropped and spec changed at once",
+            capi_owned(vs()),
+            with(vs(), "/spec/numCPUs", json!(4)),
+            "is owned by Machine w1: its hardware is immutable (Cluster API convention)",
+        ),
+        reject_update(
+            "template edited",
+            json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachineTemplate",
+                   "metadata": {"name": "t"}, "spec": {"template": {"spec": libvirt_machine()["spec"].clone()}}}),
+            json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachineTemplate",
+                   "metadata": {"name": "t"},
+                   "spec": {"template": {"spec": with(libvirt_machine(), "/spec/cpus", json!(4))["spec"].clone()}}}),
+            "spec.template is immutable",
+        ),
+        // What stays writable on a CAPI machine.
+        accept_update(
+            "providerID set once on a CAPI-owned machine",
+            capi_owned(vs()),
+            capi_owned(with(vs(), "/spec/providerID", json!("vsphere://4203-aaaa"))),
+        ),
+        accept_update(
+            "CAPI-owned machine labelled",
+            capi_owned(vs()),
+            capi_owned(with(vs(), "/metadata/labels", json!({"team": "a"}))),
+        ),
+        accept_update(
+            "adopted by its Machine (owner reference added, spec unchanged)",
+            libvirt_machine(),
+            capi_owned(libvirt_machine()),
+        ),
+        accept_status(
+            "CAPI-owned machine's status written",
+            capi_owned(vs()),
+            json!({"initialization": {"provisioned": false}}),
+            json!({"initialization": {"provisioned": true}, "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}]}),
+        ),
+        // clusterctl move (and CAPI's clone) create: creates are not matched.
+        accept(
+            "CAPI-owned machine created with its providerID (clusterctl move)",
+            capi_owned(with(vs(), "/spec/providerID", json!("vsphere://4203-bbbb"))),
+        ),
+        // Everything else stays editable: banlieue applies the change (issue 38).
+        accept_update(
+            "standalone VSphereMachine resized",
+            vs(),
+            with(
+                with(vs(), "/spec/numCPUs", json!(4)),
+                "/spec/memoryMiB",
+                json!(4096),
+            ),
+        ),
+        accept_update(
+            "VirtualMachine-owned LibvirtMachine resized",
+            owned_by(
+                libvirt_machine(),
+                "banlieue.io/v1alpha1",
+                "VirtualMachine",
+                "v",
+            ),
+            owned_by(
+                with(
+                    with(libvirt_machine(), "/spec/cpus", json!(2)),
+                    "/spec/memoryMiB",
+                    json!(1024),
+                ),
+                "banlieue.io/v1alpha1",
+                "VirtualMachine",
+                "v",
+            ),
+        ),
+        accept_update(
+            "owned by a Machine of another group",
+            owned_by(vs(), "example.com/v1", "Machine", "m"),
+            owned_by(
+                with(vs(), "/spec/numCPUs", json!(4)),
+                "example.com/v1",
+                "Machine",
+                "m",
+            ),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn cluster_api_machines_keep_their_hardware() {
+    let ns = banlieue_testenv::namespace("admission-capi-hardware").await;
+    let client = &ns.client;
+    wait_until_enforced(client, &ns.name).await;
+    let cases = hardware_cases();
+    let mut failures = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        if let Err(why) = run(client, &ns.name, &format!("hw-{i}"), case).await {
+            failures.push(format!("{}: {why}", case.what));
+        }
+    }
+    eprintln!(
+        "admission: {} CAPI hardware cases, {} as expected",
+        cases.len(),
+        cases.len() - failures.len()
+    );
+    assert_none_failed(&failures, cases.len());
+}
+
+/// A deleting CAPI machine whose Provider is gone is told to name the recreated
+/// Provider in `spec.providerRef` to finish its deletion: that one edit is allowed
+/// while it is deleting; its hardware still is not.
+#[tokio::test]
+async fn a_deleting_cluster_api_machine_may_name_its_provider() {
+    use banlieue_sdk::api::infra::vsphere::VSphereMachine;
+    use kube::api::{Api, DeleteParams, Patch, PatchParams};
+
+    let ns = banlieue_testenv::namespace("admission-capi-deleting").await;
+    let client = &ns.client;
+    wait_until_enforced(client, &ns.name).await;
+    let held = with(
+        capi_owned(named(vsphere_machine(), "deleting")),
+        "/metadata/finalizers",
+        json!(["test.banlieue.io/hold"]),
+    );
+    apply(client, &ns.name, &held).await.expect("the machine");
+    let api: Api<VSphereMachine> = Api::namespaced(client.clone(), &ns.name);
+    api.delete("deleting", &DeleteParams::default())
+        .await
+        .expect("delete");
+
+    let named_provider = with(held.clone(), "/spec/providerRef", json!({"name": "p1"}));
+    apply(client, &ns.name, &named_provider)
+        .await
+        .expect("naming the Provider of a deleting CAPI machine is allowed");
+    let resized = with(named_provider, "/spec/numCPUs", json!(4));
+    match apply(client, &ns.name, &resized).await {
+        Err(kube::Error::Api(status)) => assert!(
+            status.message.contains("(changed: spec.numCPUs)"),
+            "{}",
+            status.message
+        ),
+        other => panic!("resizing a deleting CAPI machine was not refused: {other:?}"),
+    }
+
+    api.patch(
+        "deleting",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("releasing the machine");
 }

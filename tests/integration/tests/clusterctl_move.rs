@@ -543,7 +543,7 @@ async fn clusterctl_move_adopts_every_vm_and_creates_none() {
     let initial = backends.census();
     let source = banlieue_testenv::shared();
     let target: &'static ControlPlane = Box::leak(Box::new(
-        ControlPlane::start(ControlPlaneConfig::from_env().crds(banlieue_sdk::crds::all()))
+        ControlPlane::start(ControlPlaneConfig::from_env().banlieue_api())
             .expect("the target control plane"),
     ));
     let Some(target_capi) = Capi::start_on(target) else {
@@ -1061,7 +1061,7 @@ async fn clusterctl_move_of_unplaced_machines_across_two_vcenters() {
     );
     let source = banlieue_testenv::shared();
     let target: &'static ControlPlane = Box::leak(Box::new(
-        ControlPlane::start(ControlPlaneConfig::from_env().crds(banlieue_sdk::crds::all()))
+        ControlPlane::start(ControlPlaneConfig::from_env().banlieue_api())
             .expect("the target control plane"),
     ));
     let Some(target_capi) = Capi::start_on(target) else {

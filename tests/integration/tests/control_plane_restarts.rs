@@ -88,8 +88,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_lives_through_apiserver_and_etcd_crashes() {
     let control_plane =
-        ControlPlane::start(ControlPlaneConfig::from_env().crds(banlieue_sdk::crds::all()))
-            .expect("control plane");
+        ControlPlane::start(ControlPlaneConfig::from_env().banlieue_api()).expect("control plane");
     let ns = control_plane.namespace("restarts").await;
     for object in fixtures(&ns) {
         apply(&ns.client, &ns.name, &object).await.expect("fixture");

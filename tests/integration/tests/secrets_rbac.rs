@@ -93,7 +93,7 @@ async fn the_operator_uses_only_the_secret_verbs_it_documents_and_never_lists_co
     let log = dir.path().join("audit.log");
     let cp = match ControlPlane::start(
         ControlPlaneConfig::from_env()
-            .crds(banlieue_sdk::crds::all())
+            .banlieue_api()
             .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
             .apiserver_arg(format!("--audit-log-path={}", log.display()))
             .apiserver_arg("--audit-log-format=json"),

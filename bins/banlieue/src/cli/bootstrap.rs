@@ -28,9 +28,10 @@ pub struct BootstrapCommand {
 
 #[derive(Subcommand, Debug)]
 enum What {
-    /// Install or upgrade banlieue: Namespace, CRDs, RBAC (with Cluster API's aggregate
-    /// role) and the Deployment, with server-side apply. `--dry-run` prints exactly the
-    /// clusterctl `infrastructure-components.yaml` instead.
+    /// Install or upgrade banlieue: Namespace, CRDs and their admission policies, RBAC
+    /// (with Cluster API's aggregate role) and the Deployment, with server-side apply.
+    /// `--dry-run` prints exactly the clusterctl `infrastructure-components.yaml`
+    /// instead.
     Operator(OperatorArgs),
     /// Write the clusterctl release assets (infrastructure-components.yaml,
     /// metadata.yaml, cluster-template*.yaml) into a directory.
@@ -141,6 +142,8 @@ fn resource_of(object: &Value) -> anyhow::Result<(ApiResource, bool)> {
     let (plural, namespaced) = match kind {
         "Namespace" => ("namespaces", false),
         "CustomResourceDefinition" => ("customresourcedefinitions", false),
+        "ValidatingAdmissionPolicy" => ("validatingadmissionpolicies", false),
+        "ValidatingAdmissionPolicyBinding" => ("validatingadmissionpolicybindings", false),
         "ClusterRole" => ("clusterroles", false),
         "ClusterRoleBinding" => ("clusterrolebindings", false),
         "ServiceAccount" => ("serviceaccounts", true),

@@ -67,13 +67,14 @@ pub fn common_labels() -> Value {
     json!({ PROVIDER_LABEL: PROVIDER })
 }
 
-/// Every object of an install, in apply order: the Namespace, the CRDs, the
-/// ServiceAccount, RBAC, Cluster API's aggregate role, the metrics reader role, then
-/// the Deployment.
+/// Every object of an install, in apply order: the Namespace, the CRDs, their
+/// admission policies and bindings, the ServiceAccount, RBAC, Cluster API's aggregate
+/// role, the metrics reader role, then the Deployment.
 pub fn components(options: &Options) -> Vec<Value> {
     let ns = options.namespace.as_str();
     let mut objects = vec![namespace(ns)];
     objects.extend(banlieue_sdk::crds::all().iter().map(crd));
+    objects.extend(admission_policies());
     objects.push(service_account(ns));
     objects.push(controller_cluster_role());
     objects.push(rbac::controller_binding(ns));
@@ -157,6 +158,22 @@ fn crd(crd: &CustomResourceDefinition) -> Value {
         map.remove("status");
     }
     labelled(value, &[(CLUSTERCTL_LABEL, "")])
+}
+
+/// The ValidatingAdmissionPolicies and their bindings ([`banlieue_sdk::admission`]:
+/// what the CRDs' own rules cannot check), policies first so that no binding ever
+/// names a policy the apiserver does not have yet.
+fn admission_policies() -> Vec<Value> {
+    let policies = banlieue_sdk::admission::policies()
+        .into_iter()
+        .map(|p| serde_json::to_value(p).expect("a policy serializes"));
+    let bindings = banlieue_sdk::admission::bindings()
+        .into_iter()
+        .map(|b| serde_json::to_value(b).expect("a binding serializes"));
+    policies
+        .chain(bindings)
+        .map(|object| labelled(object, &[]))
+        .collect()
 }
 
 fn service_account(namespace: &str) -> Value {

@@ -2,6 +2,9 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -48,7 +51,7 @@ fn every_object_is_labelled_and_in_the_one_namespace() {
 }
 
 #[test]
-fn components_are_the_crds_rbac_and_deployment_in_apply_order() {
+fn components_are_the_crds_policies_rbac_and_deployment_in_apply_order() {
     let objects = components(&Options::default());
     let kinds: Vec<&str> = objects
         .iter()
@@ -63,7 +66,20 @@ fn components_are_the_crds_rbac_and_deployment_in_apply_order() {
         20
     );
     assert_eq!(
-        &kinds[21..],
+        &kinds[21..29],
+        [
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
+        ]
+    );
+    assert_eq!(
+        &kinds[29..],
         [
             "ServiceAccount",
             "ClusterRole",
@@ -81,6 +97,34 @@ fn components_are_the_crds_rbac_and_deployment_in_apply_order() {
     }
 }
 
+/// The policies shipped are the SDK's, object for object (only the common labels
+/// added), so the tests that install the SDK's policies test what users get.
+#[test]
+fn the_admission_policies_are_the_sdks() {
+    let objects = components(&other());
+    let shipped = |kind: &str| -> Vec<Value> {
+        of_kind(&objects, kind)
+            .into_iter()
+            .map(|o| {
+                let mut o = o.clone();
+                o["metadata"].as_object_mut().unwrap().remove("labels");
+                o
+            })
+            .collect()
+    };
+    let policies: Vec<Value> = banlieue_sdk::admission::policies()
+        .into_iter()
+        .map(|p| serde_json::to_value(p).unwrap())
+        .collect();
+    let bindings: Vec<Value> = banlieue_sdk::admission::bindings()
+        .into_iter()
+        .map(|b| serde_json::to_value(b).unwrap())
+        .collect();
+    assert_eq!(policies.len(), 4);
+    assert_eq!(shipped("ValidatingAdmissionPolicy"), policies);
+    assert_eq!(shipped("ValidatingAdmissionPolicyBinding"), bindings);
+}
+
 #[test]
 fn objects_have_the_shapes_of_their_kinds() {
     for object in components(&other()) {
@@ -93,6 +137,12 @@ fn objects_have_the_shapes_of_their_kinds() {
             "Role" => serde_json::from_value::<Role>(object).map(drop),
             "RoleBinding" => serde_json::from_value::<RoleBinding>(object).map(drop),
             "Deployment" => serde_json::from_value::<Deployment>(object).map(drop),
+            "ValidatingAdmissionPolicy" => {
+                serde_json::from_value::<ValidatingAdmissionPolicy>(object).map(drop)
+            }
+            "ValidatingAdmissionPolicyBinding" => {
+                serde_json::from_value::<ValidatingAdmissionPolicyBinding>(object).map(drop)
+            }
             _ => Ok(()),
         };
         parsed.unwrap_or_else(|e| panic!("{kind}: {e}"));

@@ -143,7 +143,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<RunResult> {
     let policy = scratch.join("audit-policy.yaml");
     let audit_log = scratch.join("audit.log");
     std::fs::write(&policy, measure::audit_policy("Metadata"))?;
-    let mut config = ControlPlaneConfig::from_env().crds(banlieue_sdk::crds::all());
+    let mut config = ControlPlaneConfig::from_env().banlieue_api();
     for flag in measure::audit_flags(&policy, &audit_log) {
         config = config.apiserver_arg(flag);
     }
