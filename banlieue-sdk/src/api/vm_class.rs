@@ -29,10 +29,24 @@ use super::common::{DiskProvisioning, Firmware};
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.coresPerSocket) || self.cpus % self.coresPerSocket == 0")
     .message("cpus must be a multiple of coresPerSocket"))]
+#[x_kube(validation = Rule::new("!has(self.maxCPUs) || self.maxCPUs >= self.cpus")
+    .message("maxCPUs is the most CPUs the VM can grow to while it runs: it must be at least cpus (raise maxCPUs, or lower cpus)"))]
+#[x_kube(validation = Rule::new("!has(self.maxMemoryMiB) || self.maxMemoryMiB >= self.memoryMiB")
+    .message("maxMemoryMiB is the most memory the VM can grow to while it runs: it must be at least memoryMiB (raise maxMemoryMiB, or lower memoryMiB)"))]
 pub struct VMClassSpec {
     /// Number of virtual CPUs.
     #[schemars(range(min = 1, max = 768))]
     pub cpus: u32,
+    /// Room to add CPUs while the VM runs (hot-add headroom, as KubeVirt's
+    /// `maxSockets`): `cpus` can later be raised up to `maxCPUs` without a restart
+    /// (libvirt `<vcpu current=…>`, Cloud Hypervisor `max_vcpus`, vSphere
+    /// `cpuHotAddEnabled`); a raise beyond it waits for the next power cycle. At least
+    /// `cpus`. Default: no room (a raise waits for a power cycle). A Provider that
+    /// cannot add CPUs to a running machine (Proxmox today) is not a candidate for a
+    /// class that asks it: the VM is `Scheduled=False` naming `maxCPUs`.
+    #[serde(rename = "maxCPUs", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 768))]
+    pub max_cpus: Option<u32>,
     /// Cores per virtual socket; `cpus` must be a multiple of it. Default: one socket per CPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 128))]
@@ -41,6 +55,19 @@ pub struct VMClassSpec {
     #[serde(rename = "memoryMiB")]
     #[schemars(range(min = 128, max = 25165824))]
     pub memory_mib: u64,
+    /// Room to add memory while the VM runs, in MiB (as KubeVirt's `maxGuest`):
+    /// `memoryMiB` can later be raised up to it without a restart (libvirt
+    /// `<maxMemory>`, Cloud Hypervisor `hotplug_size`, vSphere `memoryHotAddEnabled`);
+    /// a raise beyond it waits for the next power cycle. At least `memoryMiB`.
+    /// Default: no room. Refused where the Provider cannot add memory live, as
+    /// `maxCPUs`.
+    #[serde(
+        rename = "maxMemoryMiB",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 128, max = 25165824))]
+    pub max_memory_mib: Option<u64>,
     /// Boot firmware: `bios`, `efi` (default) or `efi-secure`.
     #[serde(default)]
     pub firmware: Firmware,
