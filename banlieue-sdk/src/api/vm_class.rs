@@ -1,6 +1,7 @@
 //! `VMClass`: a named hardware shape, like a StorageClass for machines.
 
 use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{DiskProvisioning, Firmware};
@@ -78,6 +79,33 @@ pub struct VMClassSpec {
     #[x_kube(merge_strategy = ListMerge::Set)]
     #[schemars(length(max = 32), inner(length(min = 1, max = 63)))]
     pub required_features: Vec<String>,
+    /// What an edit of this class does to the VirtualMachines already made from it:
+    /// `Keep` (default) — each keeps the hardware its machine was built with, and says
+    /// the class has moved on (`ClassUpToDate=False`, reason `ClassChanged`, naming
+    /// each field that differs); `Apply` — the edit flows to their machines, applied
+    /// as each backend's change table says (live, at the next boot, while off, or
+    /// refused). A VM pointed at another class (`spec.classRef`) always takes it.
+    #[serde(default, skip_serializing_if = "ClassUpdatePolicy::is_keep")]
+    pub update_policy: ClassUpdatePolicy,
+}
+
+/// What an edit of a VMClass does to the VirtualMachines already made from it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ClassUpdatePolicy {
+    /// The VMs keep what their machines were built with; each says the class has moved
+    /// on. The safe default: an edit resizes nothing.
+    #[default]
+    Keep,
+    /// The edit is applied to the VMs' machines, as a change of their spec.
+    Apply,
+}
+
+impl ClassUpdatePolicy {
+    /// Whether it is the default, [`ClassUpdatePolicy::Keep`] (then it is not
+    /// serialized).
+    pub fn is_keep(&self) -> bool {
+        *self == Self::Keep
+    }
 }
 
 /// The OS disk of a VMClass.

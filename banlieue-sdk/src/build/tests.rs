@@ -148,6 +148,7 @@ fn class() -> VMClassSpec {
         required_features: vec![],
         max_cpus: None,
         max_memory_mib: None,
+        update_policy: Default::default(),
     }
 }
 
