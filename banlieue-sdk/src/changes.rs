@@ -164,6 +164,30 @@ pub fn mode(table: &[ChangeRule], field: MachineField, grows: bool) -> ChangeMod
         .unwrap_or(ChangeMode::Never)
 }
 
+/// How `table` says the change `difference` (from `running` to `desired`) is applied
+/// to this machine: [`mode`], except that a `Live` growth beyond the hot-add ceiling
+/// `running` reports (`maxCPUs`, `maxMemoryMiB`) takes its rule's
+/// [`beyond_max`](ChangeRule::beyond_max) mode (`NextBoot` when the rule names none).
+///
+/// What the controller decides with ([`assess`]) and what a backend that keeps sizes
+/// as values applies by (the simulator): one rule for both.
+pub fn mode_for(
+    table: &[ChangeRule],
+    difference: &Difference,
+    desired: &MachineResources,
+    running: &MachineResources,
+) -> ChangeMode {
+    let mode = mode(table, difference.field, difference.grows);
+    if mode == ChangeMode::Live && beyond_ceiling(difference.field, desired, running) {
+        return table
+            .iter()
+            .find(|r| r.field == difference.field)
+            .and_then(|r| r.beyond_max)
+            .unwrap_or(ChangeMode::NextBoot);
+    }
+    mode
+}
+
 /// What one look at a machine decides about its changes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Assessment {
@@ -204,7 +228,7 @@ impl Assessment {
 /// `next_boot` is the configuration the machine's next boot uses, when the backend
 /// reads one back that differs from `running` (a `NextBoot` change already written);
 /// `power` its power state. A `Live` change beyond the hot-add ceiling the machine
-/// reports (`maxCPUs`, `maxMemoryMiB`) is `NextBoot`.
+/// reports (`maxCPUs`, `maxMemoryMiB`) is its rule's `beyondMax` ([`mode_for`]).
 pub fn assess(
     desired: &MachineResources,
     running: &MachineResources,
@@ -220,10 +244,7 @@ pub fn assess(
     let mut apply = Vec::new();
     let mut pending = Vec::new();
     for d in &found {
-        let mut mode = mode(table, d.field, d.grows);
-        if mode == ChangeMode::Live && beyond_ceiling(d.field, desired, running) {
-            mode = ChangeMode::NextBoot;
-        }
+        let mode = mode_for(table, d, desired, running);
         let waits = |waits_for| PendingChange {
             field: d.field,
             running: d.running.clone(),
@@ -430,6 +451,75 @@ mod tests {
         assert!(staged.apply.is_empty());
         assert_eq!(staged.pending.len(), 2);
         assert!(describe(&staged.pending).contains("cpus 2 → 8 waits for the next boot"));
+    }
+
+    #[test]
+    fn beyond_the_ceiling_a_rule_may_wait_for_a_power_off_instead() {
+        // vSphere's rows: a VM without hot-add reports a ceiling of what it has.
+        let vsphere = vec![
+            ChangeRule::grow_shrink(F::Cpus, Live, PowerOff).with_beyond_max(PowerOff),
+            ChangeRule::grow_shrink(F::MemoryMib, Live, PowerOff).with_beyond_max(PowerOff),
+        ];
+        let on = Some(PowerState::PoweredOn);
+        // (ceiling cpus, ceiling memory, desired cpus, desired memory, apply, pending)
+        type Case = (
+            Option<u32>,
+            Option<u64>,
+            u32,
+            u64,
+            Vec<MachineField>,
+            Vec<(MachineField, ChangeMode)>,
+        );
+        let cases: Vec<Case> = vec![
+            // hot-add on: no ceiling, both live
+            (None, None, 4, 4096, vec![F::Cpus, F::MemoryMib], vec![]),
+            // hot-add off: nothing is written now, both wait for a power-off
+            (
+                Some(2),
+                Some(2048),
+                4,
+                4096,
+                vec![],
+                vec![(F::Cpus, PowerOff), (F::MemoryMib, PowerOff)],
+            ),
+            // CPU hot-add only
+            (
+                None,
+                Some(2048),
+                4,
+                4096,
+                vec![F::Cpus],
+                vec![(F::MemoryMib, PowerOff)],
+            ),
+            // a shrink is the shrink rule's, ceiling or not
+            (None, None, 1, 2048, vec![], vec![(F::Cpus, PowerOff)]),
+        ];
+        for (max_cpus, max_memory, cpus, memory, apply, pending) in cases {
+            let mut have = shape(2, 2048);
+            have.max_cpus = max_cpus;
+            have.max_memory_mib = max_memory;
+            let a = assess(&shape(cpus, memory), &have, None, &vsphere, on);
+            assert_eq!(
+                a.apply, apply,
+                "{max_cpus:?} {max_memory:?} {cpus} {memory}"
+            );
+            let got: Vec<_> = a.pending.iter().map(|p| (p.field, p.waits_for)).collect();
+            assert_eq!(got, pending, "{max_cpus:?} {max_memory:?} {cpus} {memory}");
+            // Powered off, every one is applied.
+            let off = assess(
+                &shape(cpus, memory),
+                &have,
+                None,
+                &vsphere,
+                Some(PowerState::PoweredOff),
+            );
+            assert!(off.pending.is_empty(), "{off:?}");
+        }
+        // A rule that names nothing beyond: NextBoot.
+        let mut have = shape(2, 2048);
+        have.max_cpus = Some(2);
+        let d = &differences(&shape(4, 2048), &have)[0];
+        assert_eq!(mode_for(&table(), d, &shape(4, 2048), &have), NextBoot);
     }
 
     #[test]

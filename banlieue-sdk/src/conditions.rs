@@ -36,6 +36,10 @@ pub mod types {
     /// Infra machine and VirtualMachine: a change waits for a power cycle (abnormal-true;
     /// present once the machine's resources are read back).
     pub const RESTART_REQUIRED: &str = "RestartRequired";
+    /// VirtualMachine: its machine is built from its VMClass as the class is now
+    /// (`False`, reason `ClassChanged`: the class was edited since and its
+    /// `updatePolicy` is `Keep`; the message names each field that differs).
+    pub const CLASS_UP_TO_DATE: &str = "ClassUpToDate";
 }
 
 /// `True`, `False` or `Unknown`.

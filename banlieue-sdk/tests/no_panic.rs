@@ -361,6 +361,7 @@ fn chain(w: &World, unreachable: (String, String)) -> Stage {
                     waiting: None,
                     deleting: false,
                     drift: Default::default(),
+                    class: Default::default(),
                 },
                 &now(),
             );
@@ -410,6 +411,7 @@ fn chain(w: &World, unreachable: (String, String)) -> Stage {
             waiting: None,
             deleting: false,
             drift: Default::default(),
+            class: Default::default(),
         },
         &now(),
     );

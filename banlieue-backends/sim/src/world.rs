@@ -475,7 +475,9 @@ impl World {
                 }
                 continue;
             };
-            match changes::mode(table, field, difference.grows) {
+            // The controller's rule, hot-add ceiling included: a growth beyond the
+            // machine's maxCPUs waits for its next boot here too.
+            match changes::mode_for(table, &difference, desired, &machine.resources) {
                 ChangeMode::Never => return Some(Err((field, ChangeMode::Never))),
                 _ if off => {
                     changes::apply_field(&mut machine.resources, desired, field);

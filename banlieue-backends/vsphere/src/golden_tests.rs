@@ -61,6 +61,9 @@ fn clone_spec(snapshot: bool) -> CloneSpec {
             num_cpus: Some(2),
             num_cores_per_socket: Some(1),
             memory_mib: Some(2048),
+            // maxCPUs asked, maxMemoryMiB not: the WSDL puts them after memoryMB.
+            memory_hot_add: Some(false),
+            cpu_hot_add: Some(true),
             extra_config: guestinfo::clone_keys(&identity(), "DC0/DC0_C1"),
             device_change: Vec::new(),
             firmware: Some("efi".into()),
@@ -137,6 +140,8 @@ fn create_vm() -> String {
             num_cpus: Some(1),
             num_cores_per_socket: None,
             memory_mib: Some(512),
+            memory_hot_add: Some(false),
+            cpu_hot_add: Some(false),
             device_change: devices::create_devices(
                 "ParaVirtualSCSIController",
                 &[disk],

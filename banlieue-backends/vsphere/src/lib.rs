@@ -29,7 +29,10 @@
 //!    given; `LinkedClone` links to the template's current snapshot. The clone's
 //!    config sets `numCPUs`, `numCoresPerSocket`, `memoryMB`, firmware (`efi-secure`
 //!    is `efi` with `bootOptions.efiSecureBootEnabled`; set again by a reconfigure
-//!    while the new machine is off when the clone did not take it), and
+//!    while the new machine is off when the clone did not take it),
+//!    `cpuHotAddEnabled`/`memoryHotAddEnabled` (on when the spec asks `maxCPUs` /
+//!    `maxMemoryMiB`, else off; set again with the configuring reconfigure when the
+//!    clone did not take them: vcsim's clone keeps only `numCPUs` and `memoryMB`), and
 //!    `instanceUuid` = the infra object's UID (as CAPV does), plus the `extraConfig`
 //!    keys `banlieue.uid` and `banlieue.failureDomain`.
 //! 2. **Configure** once (`ReconfigVM_Task`): the template's network devices, in
@@ -55,8 +58,10 @@
 //!    the OS disk, the added ones by the names banlieue recorded in `banlieue.disks` —
 //!    the network devices, the firmware, and `cpuHotAddEnabled`/`memoryHotAddEnabled`
 //!    as the hot-add ceilings). `apply_changes` is one `ReconfigVM_Task` for every
-//!    field handed over, returned pending like every task: disks grow live; CPUs, cores
-//!    per socket and memory change only while the VM is powered off.
+//!    field handed over, returned pending like every task: disks grow live; CPUs and
+//!    memory grow live on a VM made with hot-add (`maxCPUs`/`maxMemoryMiB` in the
+//!    spec set `cpuHotAddEnabled`/`memoryHotAddEnabled` on the clone), else, like
+//!    cores per socket and every shrink, only while the VM is powered off.
 //!
 //! `delete` powers the VM off and then destroys it (`Destroy_Task`).
 //!
@@ -117,8 +122,8 @@
 //! `Ready=False InvalidSettings`, naming it and the nearest known key. Not yet supported: content-library images, storage
 //! policies (a terminal `StoragePolicyUnsupported`), adding network devices beyond
 //! the template's (a machine asking for more networks than the template has network
-//! devices is refused with `TooManyNetworkDevices` before anything is cloned), CPU and
-//! memory hot-add, and IPAM pools whose address is not allocated yet.
+//! devices is refused with `TooManyNetworkDevices` before anything is cloned), and
+//! IPAM pools whose address is not allocated yet.
 #![warn(missing_docs)]
 
 mod backend;
@@ -171,22 +176,26 @@ pub fn capabilities() -> BackendCapabilities {
 /// - firmware: a guest installed for BIOS does not boot from EFI (nor back), so a made
 ///   machine keeps the firmware it was made with.
 ///
-/// CPUs and memory are `PowerOff` both ways: vSphere takes more CPUs or memory on a
-/// running VM only when the VM was made with `cpuHotAddEnabled` /
-/// `memoryHotAddEnabled`, which banlieue does not ask at clone time yet, and never
-/// takes fewer while it runs. The table is one per backend, so it says what holds for
-/// every VM banlieue makes; the hot-add ceilings are still reported honestly in
-/// `status.resources.running` (`maxCPUs`/`maxMemoryMiB` = what the VM has, when it has
-/// no hot-add). Cores per socket (the CPU topology) changes only while off, as on
-/// vSphere. The OS disk and additional disks grow `Live` (vSphere extends a
-/// `VirtualDisk` on a running VM); they never shrink (admission refuses it).
+/// CPUs and memory grow `Live` on a VM made with hot-add (`cpuHotAddEnabled` /
+/// `memoryHotAddEnabled`, which banlieue sets when the spec asks `maxCPUs` /
+/// `maxMemoryMiB`), and only while powered off on one without: the table is one per
+/// backend, and the difference between two VMs is in what each reports. A VM without
+/// hot-add reports in `status.resources.running` a ceiling of what it has
+/// (`maxCPUs` = its CPUs, `maxMemoryMiB` = its memory), so any raise is beyond it and
+/// takes the row's `beyondMax`, `PowerOff` (vSphere has no configuration kept for the
+/// next boot: a change it cannot take live waits for the VM to be off). A VM with
+/// hot-add reports no ceiling of its own (vSphere's is the host's); the spec cannot
+/// ask more than its own `maxCPUs`. They never shrink while the VM runs (`PowerOff`).
+/// Cores per socket (the CPU topology) changes only while off, as on vSphere. The OS
+/// disk and additional disks grow `Live` (vSphere extends a `VirtualDisk` on a
+/// running VM); they never shrink (admission refuses it).
 pub fn change_table() -> Vec<ChangeRule> {
     use ChangeMode::*;
     use MachineField as M;
     vec![
-        ChangeRule::both(M::Cpus, PowerOff),
+        ChangeRule::grow_shrink(M::Cpus, Live, PowerOff).with_beyond_max(PowerOff),
         ChangeRule::both(M::CoresPerSocket, PowerOff),
-        ChangeRule::both(M::MemoryMib, PowerOff),
+        ChangeRule::grow_shrink(M::MemoryMib, Live, PowerOff).with_beyond_max(PowerOff),
         ChangeRule::grow_shrink(M::OsDiskSize, Live, Never),
         ChangeRule::grow_shrink(M::DataDiskSize, Live, Never),
     ]

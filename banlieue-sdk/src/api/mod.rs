@@ -18,7 +18,7 @@ pub mod vm_image;
 
 pub use provider::{Provider, ProviderSpec, ProviderStatus};
 pub use virtual_machine::{VirtualMachine, VirtualMachineSpec, VirtualMachineStatus};
-pub use vm_class::{VMClass, VMClassSpec};
+pub use vm_class::{ClassUpdatePolicy, VMClass, VMClassSpec};
 pub use vm_image::{VMImage, VMImageSpec, VMImageStatus};
 
 /// The user-facing API group.

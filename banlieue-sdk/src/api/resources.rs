@@ -82,7 +82,8 @@ impl MachineField {
 pub enum ChangeMode {
     /// Applied to the running guest, no restart (hot-add, live resize). Where the
     /// machine reports a hot-add ceiling (`maxCPUs`, `maxMemoryMiB`), a change beyond
-    /// it is [`ChangeMode::NextBoot`] instead.
+    /// it is its rule's [`ChangeRule::beyond_max`] instead ([`ChangeMode::NextBoot`]
+    /// unless the rule says otherwise).
     Live,
     /// Written to the machine's configuration now, taken when the guest next powers
     /// on (a reboot from inside the guest is not enough on every backend: a power
@@ -118,16 +119,20 @@ pub struct ChangeRule {
     /// How a smaller value, or a removed item, is applied (disks never shrink:
     /// admission refuses it).
     pub shrink: ChangeMode,
+    /// How a growth beyond the machine's hot-add ceiling is applied, when `grow` is
+    /// `Live` and the machine reports one (`maxCPUs` for `cpus`, `maxMemoryMiB` for
+    /// `memoryMiB`, in `status.resources.running`). Absent: `NextBoot` (the
+    /// hypervisor keeps a configuration for the next boot, as libvirt and Cloud
+    /// Hypervisor do); `PowerOff` where it has none (vSphere: a VM without hot-add
+    /// takes more CPUs or memory only while powered off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beyond_max: Option<ChangeMode>,
 }
 
 impl ChangeRule {
     /// A rule with the same mode both ways.
     pub fn both(field: MachineField, mode: ChangeMode) -> Self {
-        Self {
-            field,
-            grow: mode,
-            shrink: mode,
-        }
+        Self::grow_shrink(field, mode, mode)
     }
 
     /// A rule with one mode for growing and one for shrinking.
@@ -136,6 +141,16 @@ impl ChangeRule {
             field,
             grow,
             shrink,
+            beyond_max: None,
+        }
+    }
+
+    /// The same rule, with `mode` for a growth beyond the machine's hot-add ceiling
+    /// (see [`ChangeRule::beyond_max`]).
+    pub fn with_beyond_max(self, mode: ChangeMode) -> Self {
+        Self {
+            beyond_max: Some(mode),
+            ..self
         }
     }
 }

@@ -301,14 +301,31 @@ pub struct VirtualMachineStatus {
     /// asks, and each change still waiting with what it waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<super::resources::ResourcesStatus>,
+    /// The VMClass its machine was built from, and that class's generation then. With
+    /// the class's `updatePolicy: Keep` (the default), an edit of the class leaves it
+    /// at the generation the machine was built from, and `ClassUpToDate=False` names
+    /// what changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<BuiltFromClass>,
     /// `Scheduled`, `InfrastructureReady`, `PowerState`, `Migrating`, `UpToDate`,
-    /// `RestartRequired` and `Ready`.
+    /// `RestartRequired`, `ClassUpToDate` and `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
     /// The generation the status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// The VMClass a VirtualMachine's machine was built from (`status.class`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BuiltFromClass {
+    /// The VMClass's name.
+    pub name: String,
+    /// Its `metadata.generation` when the machine was built from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
 }
 
 /// Where a VirtualMachine is scheduled.

@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 
 use crate::api::common::{BootstrapFormat, Firmware, PowerState, ProviderClass};
+use crate::api::resources::{ChangeMode, MachineField};
 use crate::api::vm_image::ImageSources;
 
 use super::MachineSpec;
@@ -138,6 +139,30 @@ pub struct Wants {
     pub power_state: PowerState,
     /// The kind of image source it boots from (`None`: not known here).
     pub image_source: Option<ImageSourceKind>,
+    /// The fields it asks room to grow while it runs (hot-add headroom: `cpus` for
+    /// `maxCPUs`, `memoryMiB` for `maxMemoryMiB`): the backend's change table must
+    /// grow them `Live`.
+    pub grow_live: Vec<MachineField>,
+}
+
+/// The spec field that asks room to grow `field` live (`maxCPUs`, `maxMemoryMiB`).
+pub fn headroom_field(field: MachineField) -> &'static str {
+    match field {
+        MachineField::Cpus => "maxCPUs",
+        MachineField::MemoryMib => "maxMemoryMiB",
+        other => other.as_str(),
+    }
+}
+
+/// The fields a spec with these ceilings asks room to grow live.
+pub fn grow_live(max_cpus: Option<u32>, max_memory_mib: Option<u64>) -> Vec<MachineField> {
+    [
+        max_cpus.map(|_| MachineField::Cpus),
+        max_memory_mib.map(|_| MachineField::MemoryMib),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 impl Wants {
@@ -145,6 +170,12 @@ impl Wants {
     /// the format of its bootstrap data when it has any.
     pub fn of_machine(spec: &MachineSpec, bootstrap: Option<BootstrapFormat>) -> Self {
         use ImageSourceKind as K;
+        let grow_live = match spec {
+            MachineSpec::VSphere(s) => grow_live(s.max_cpus, s.max_memory_mib),
+            MachineSpec::Libvirt(s) => grow_live(s.max_cpus, s.max_memory_mib),
+            MachineSpec::CloudHypervisor(s) => grow_live(s.max_cpus, s.max_memory_mib),
+            MachineSpec::Proxmox(_) | MachineSpec::Custom(_) => Vec::new(),
+        };
         let (firmware, image_source) = match spec {
             MachineSpec::VSphere(s) => (s.firmware, Some(K::Template)),
             MachineSpec::Proxmox(s) => (s.firmware, Some(K::TemplateId)),
@@ -172,6 +203,7 @@ impl Wants {
             bootstrap,
             power_state: spec.power_state(),
             image_source,
+            grow_live,
         }
     }
 
@@ -242,7 +274,8 @@ impl BackendCapabilities {
 
     /// What `wants` asks that is not listed, for humans, one phrase each
     /// (`cannot boot efi-secure`, `cannot deliver ignition`, `cannot be Suspended`,
-    /// `cannot boot an image from a volume`); empty when it can serve it all.
+    /// `cannot boot an image from a volume`, `cannot honour maxCPUs: ...` where the
+    /// change table does not grow the field `Live`); empty when it can serve it all.
     pub fn missing(&self, wants: &Wants) -> Vec<String> {
         let mut missing = Vec::new();
         if let Some(f) = wants.firmware
@@ -262,6 +295,17 @@ impl BackendCapabilities {
             && !self.image_sources.contains(&k)
         {
             missing.push(format!("cannot boot an image from a {}", k.as_str()));
+        }
+        for &field in &wants.grow_live {
+            let mode = crate::changes::mode(&self.changes, field, true);
+            if mode != ChangeMode::Live {
+                missing.push(format!(
+                    "cannot honour {} (its change table grows {} {}, not Live)",
+                    headroom_field(field),
+                    field.as_str(),
+                    mode.as_str()
+                ));
+            }
         }
         missing
     }
@@ -381,6 +425,7 @@ mod tests {
             bootstrap: Some(BootstrapFormat::Ignition),
             power_state: PowerState::Suspended,
             image_source: None,
+            grow_live: vec![],
         };
         assert_eq!(
             caps.missing(&wants),
@@ -396,6 +441,54 @@ mod tests {
         );
         assert!(caps.missing(&Wants::default()).is_empty());
         assert!(everything().missing(&wants).is_empty());
+    }
+
+    #[test]
+    fn headroom_needs_a_live_row_for_each_field_asked() {
+        use crate::api::resources::ChangeRule;
+        use ChangeMode::*;
+        let wants = |max_cpus, max_memory| Wants {
+            grow_live: grow_live(max_cpus, max_memory),
+            ..Wants::default()
+        };
+        // (change table, maxCPUs, maxMemoryMiB, what is missing)
+        type Case = (Vec<ChangeRule>, Option<u32>, Option<u64>, Vec<&'static str>);
+        let cpus_live = ChangeRule::grow_shrink(MachineField::Cpus, Live, PowerOff);
+        let memory_next = ChangeRule::both(MachineField::MemoryMib, NextBoot);
+        let cases: Vec<Case> = vec![
+            (vec![], None, None, vec![]),
+            (
+                vec![],
+                Some(4),
+                None,
+                vec!["cannot honour maxCPUs (its change table grows cpus Never, not Live)"],
+            ),
+            (vec![cpus_live.clone()], Some(4), None, vec![]),
+            (
+                vec![cpus_live.clone(), memory_next],
+                Some(4),
+                Some(4096),
+                vec![
+                    "cannot honour maxMemoryMiB (its change table grows memoryMiB NextBoot, not Live)",
+                ],
+            ),
+        ];
+        for (changes, max_cpus, max_memory, missing) in cases {
+            let caps = BackendCapabilities {
+                changes,
+                ..everything()
+            };
+            assert_eq!(
+                caps.missing(&wants(max_cpus, max_memory)),
+                missing,
+                "{max_cpus:?} {max_memory:?}"
+            );
+            assert!(
+                caps.missing(&wants(max_cpus, max_memory).running())
+                    .is_empty(),
+                "a machine that exists is not asked again"
+            );
+        }
     }
 
     #[test]

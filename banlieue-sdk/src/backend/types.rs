@@ -259,7 +259,8 @@ impl MachineSpec {
                 data_disks: sizes(&s.additional_disks),
                 networks: count(s.network.len()),
                 firmware: s.firmware,
-                ..Default::default()
+                max_cpus: s.max_cpus,
+                max_memory_mib: s.max_memory_mib,
             },
             Self::Proxmox(s) => MachineResources {
                 cpus: s.sockets * s.cores,

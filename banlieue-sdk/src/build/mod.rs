@@ -2,6 +2,7 @@
 //! function from the VM, its class and image, the chosen Provider and placement to
 //! a fully resolved `*Machine` object.
 
+mod class_record;
 mod kinds;
 mod names;
 mod placement;
@@ -19,6 +20,7 @@ use crate::api::{Provider, VMClassSpec, VMImage, VirtualMachine};
 use crate::contract::{InfraMachine, InfraMachineKind, KindTable};
 use crate::scheduling::Target;
 
+pub use class_record::{CLASS_ANNOTATION, ClassRecord};
 pub use placement::PlacementRecord;
 pub use targets::{ResolvedNetwork, Targets};
 

@@ -146,11 +146,18 @@ fn class() -> VMClassSpec {
             storage_class: Some("fast".into()),
         },
         required_features: vec![],
+        max_cpus: None,
+        max_memory_mib: None,
+        update_policy: Default::default(),
     }
 }
 
 fn build(provider: &Provider) -> Result<InfraMachine, BuildError> {
-    let (vm, image, class) = (vm(), image(), class());
+    build_with(provider, &class())
+}
+
+fn build_with(provider: &Provider, class: &VMClassSpec) -> Result<InfraMachine, BuildError> {
+    let (vm, image) = (vm(), image());
     let target = Target {
         provider: "p".into(),
         class: provider.spec.class,
@@ -160,7 +167,7 @@ fn build(provider: &Provider) -> Result<InfraMachine, BuildError> {
     infra_machine(
         &Input {
             vm: &vm,
-            class: &class,
+            class,
             image: &image,
             provider,
             target: &target,
@@ -319,4 +326,56 @@ fn a_provider_builds_only_kinds_this_operator_registered() {
     .unwrap_err();
     assert_eq!(err.reason, "InvalidProviderSettings");
     assert!(err.message.contains("VSphereMachine"), "{}", err.message);
+}
+
+#[test]
+fn hot_add_headroom_is_carried_where_the_kind_has_it_and_refused_where_not() {
+    let class = VMClassSpec {
+        max_cpus: Some(8),
+        max_memory_mib: Some(8192),
+        ..class()
+    };
+    let sim = |kind: &str| provider(ProviderClass::Sim, &[("machineKind", kind)]);
+    let m: LibvirtMachine = build_with(&sim("LibvirtMachine"), &class)
+        .unwrap()
+        .typed()
+        .unwrap();
+    assert_eq!(
+        (m.spec.max_cpus, m.spec.max_memory_mib),
+        (Some(8), Some(8192))
+    );
+    let m: crate::api::infra::cloud_hypervisor::CloudHypervisorMachine =
+        build_with(&sim("CloudHypervisorMachine"), &class)
+            .unwrap()
+            .typed()
+            .unwrap();
+    assert_eq!(
+        (m.spec.max_cpus, m.spec.max_memory_mib),
+        (Some(8), Some(8192))
+    );
+    let m: VSphereMachine = build_with(&provider(ProviderClass::Vsphere, &[]), &class)
+        .unwrap()
+        .typed()
+        .unwrap();
+    assert_eq!(
+        (m.spec.max_cpus, m.spec.max_memory_mib),
+        (Some(8), Some(8192))
+    );
+    // A ProxmoxMachine has no such field: refused, never built without it.
+    for (max_cpus, max_memory_mib, named) in [
+        (Some(8), None, "maxCPUs"),
+        (None, Some(8192), "maxMemoryMiB"),
+    ] {
+        let class = VMClassSpec {
+            max_cpus,
+            max_memory_mib,
+            ..class.clone()
+        };
+        let err = build_with(&provider(ProviderClass::Proxmox, &[]), &class).unwrap_err();
+        assert_eq!(err.reason, "HotAddUnsupported");
+        assert!(err.message.contains(named), "{}", err.message);
+    }
+    // None asked: every kind as before.
+    let m: LibvirtMachine = build(&sim("LibvirtMachine")).unwrap().typed().unwrap();
+    assert_eq!((m.spec.max_cpus, m.spec.max_memory_mib), (None, None));
 }

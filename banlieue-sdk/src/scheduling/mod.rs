@@ -14,9 +14,10 @@
 //!    placement; be Ready and not paused; have a source in the image for its class
 //!    (and not be listed as lacking it in the image's status); publish in
 //!    `status.backendCapabilities` the VM's firmware, bootstrap format, power state
-//!    and image source kind (see [`wants`]); offer every storage and network class
-//!    and feature the VM needs; satisfy `Required` anti-affinity against placed
-//!    siblings. A bootstrap format the image does not declare fits nowhere.
+//!    and image source kind, and grow `Live` what its class asks headroom for (see
+//!    [`wants`]); offer every storage and network class and feature the VM needs;
+//!    satisfy `Required` anti-affinity against placed siblings. A bootstrap format
+//!    the image does not declare fits nowhere.
 //! 3. **Best.** Among feasible candidates: fewest `Preferred` anti-affinity conflicts,
 //!    then fewest VMs already placed there (spread), then name order. Deterministic.
 
@@ -377,8 +378,9 @@ fn provider_matches(vm: &VirtualMachine, provider: &Provider) -> bool {
     }
 }
 
-/// What `input.vm` asks of `provider`'s backend: its class's firmware, its bootstrap
-/// format, its power state, and the kind of the image's source for the Provider's class.
+/// What `input.vm` asks of `provider`'s backend: its class's firmware and hot-add
+/// headroom, its bootstrap format, its power state, and the kind of the image's source
+/// for the Provider's class.
 pub fn wants(input: &Input<'_>, provider: &Provider) -> Wants {
     Wants {
         firmware: Some(input.class.firmware),
@@ -388,6 +390,7 @@ pub fn wants(input: &Input<'_>, provider: &Provider) -> Wants {
             &input.image.spec.sources,
             provider.spec.class,
         ),
+        grow_live: capabilities::grow_live(input.class.max_cpus, input.class.max_memory_mib),
     }
 }
 

@@ -130,6 +130,9 @@ fn class() -> VMClassSpec {
             storage_class: Some("fast".into()),
         },
         required_features: vec![],
+        max_cpus: None,
+        max_memory_mib: None,
+        update_policy: Default::default(),
     }
 }
 
@@ -830,6 +833,7 @@ mod capability_checks {
                 bootstrap,
                 power_state: power,
                 image_source: Some(ImageSourceKind::Name),
+                grow_live: vec![],
             };
             let able: Vec<String> = published
                 .iter()

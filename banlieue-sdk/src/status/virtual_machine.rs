@@ -1,11 +1,13 @@
 //! VirtualMachine status: scheduling, the infra machine's status mirrored back, power
-//! state, migration, and the `Ready` summary.
+//! state, migration, the class its machine is built from, and the `Ready` summary.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::common::{PowerState, TypedLocalObjectReference};
 use crate::api::infra::MachineStatus;
-use crate::api::virtual_machine::{ScheduledPlacement, VirtualMachinePhase, VirtualMachineStatus};
+use crate::api::virtual_machine::{
+    BuiltFromClass, ScheduledPlacement, VirtualMachinePhase, VirtualMachineStatus,
+};
 use crate::conditions::{self, Desired, Status, types};
 
 use super::machine::TERMINAL_FAILURE;
@@ -64,6 +66,40 @@ pub enum PlacementDrift<'a> {
     },
 }
 
+/// Whether the VM's machine is built from its VMClass as the class is now.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum ClassTrack<'a> {
+    /// Not looked at by this reconcile: `status.class` and `ClassUpToDate` stay as
+    /// they are.
+    #[default]
+    NotChecked,
+    /// Built from the class as it is: `ClassUpToDate=True`.
+    Current {
+        /// The class's name.
+        name: &'a str,
+        /// Its generation.
+        generation: Option<i64>,
+        /// For humans.
+        message: &'a str,
+    },
+    /// Built from the class as it was (the class was edited since and keeps its VMs as
+    /// they are): `ClassUpToDate=False`, reason [`CLASS_CHANGED`].
+    Kept {
+        /// The class's name.
+        name: &'a str,
+        /// Its generation when the machine was built from it.
+        generation: Option<i64>,
+        /// What changed, and what to do.
+        message: &'a str,
+    },
+}
+
+/// `ClassUpToDate`'s reason when the class was edited and the VM keeps what it was
+/// built with.
+pub const CLASS_CHANGED: &str = "ClassChanged";
+/// `ClassUpToDate`'s reason when the VM's machine is built from its class as it is.
+pub const CLASS_CURRENT: &str = "Current";
+
 /// `PlacementDrifted`'s reason once the placement matches again.
 pub const PLACEMENT_MATCHES: &str = "Matches";
 
@@ -87,6 +123,8 @@ pub struct Input<'a> {
     pub deleting: bool,
     /// Whether its placement still matches.
     pub drift: PlacementDrift<'a>,
+    /// Whether its machine is built from its class as the class is now.
+    pub class: ClassTrack<'a>,
 }
 
 /// The status after one reconcile.
@@ -183,6 +221,39 @@ pub fn compute(
                         .message(&format!("the placement on Provider {on} matches again")),
                 );
             }
+        }
+    }
+
+    match input.class {
+        ClassTrack::NotChecked => {}
+        ClassTrack::Current {
+            name,
+            generation,
+            message,
+        } => {
+            status.class = Some(BuiltFromClass {
+                name: name.to_owned(),
+                generation,
+            });
+            set(
+                &mut status,
+                Desired::new(types::CLASS_UP_TO_DATE, Status::True, CLASS_CURRENT).message(message),
+            );
+        }
+        ClassTrack::Kept {
+            name,
+            generation,
+            message,
+        } => {
+            status.class = Some(BuiltFromClass {
+                name: name.to_owned(),
+                generation,
+            });
+            set(
+                &mut status,
+                Desired::new(types::CLASS_UP_TO_DATE, Status::False, CLASS_CHANGED)
+                    .message(message),
+            );
         }
     }
 
@@ -489,6 +560,7 @@ mod tests {
             waiting: None,
             deleting: false,
             drift: PlacementDrift::NotChecked,
+            class: ClassTrack::NotChecked,
         };
         let s1 = compute(None, &input, &now(5));
         assert!(
@@ -521,6 +593,7 @@ mod tests {
             waiting: None,
             deleting: false,
             drift: PlacementDrift::NotChecked,
+            class: ClassTrack::NotChecked,
         };
         let s = compute(None, &input, &now(1));
         let scheduled = conditions::get(&s.conditions, "Scheduled").unwrap();
@@ -582,6 +655,7 @@ mod tests {
             waiting: None,
             deleting: false,
             drift: PlacementDrift::NotChecked,
+            class: ClassTrack::NotChecked,
         };
         let s = compute(None, &refused, &now(1));
         let migrating = conditions::get(&s.conditions, "Migrating").unwrap();
@@ -616,6 +690,7 @@ mod tests {
             waiting: None,
             deleting: false,
             drift: PlacementDrift::NotChecked,
+            class: ClassTrack::NotChecked,
         };
         let built = Input {
             infra: Some(Infra {
@@ -715,6 +790,7 @@ mod tests {
             waiting: Some(("BootstrapDataNotFound", "bootstrap Secret ud not found")),
             deleting: false,
             drift: PlacementDrift::NotChecked,
+            class: ClassTrack::NotChecked,
         };
         let s = compute(None, &input, &now(2));
         let infra = conditions::get(&s.conditions, "InfrastructureReady").unwrap();
@@ -771,6 +847,7 @@ mod tests {
             waiting: None,
             deleting: false,
             drift: PlacementDrift::NotChecked,
+            class: ClassTrack::NotChecked,
         };
         let s = compute(None, &input, &now(1));
         assert_eq!(s.phase, Some(VirtualMachinePhase::Running));
@@ -814,6 +891,7 @@ mod tests {
             waiting: None,
             deleting: false,
             drift: PlacementDrift::NotChecked,
+            class: ClassTrack::NotChecked,
         };
         let moving = compute(None, &base, &now(1));
         let ended = |s: &VirtualMachineStatus| {
@@ -897,6 +975,73 @@ mod tests {
     }
 
     #[test]
+    fn a_class_moved_on_is_shown_without_touching_ready() {
+        let p = placement();
+        let r = reference();
+        let m = machine_ready();
+        let base = Input {
+            generation: Some(1),
+            desired_power: PowerState::PoweredOn,
+            scheduling: Scheduling::Placed(&p),
+            infra: Some(Infra {
+                reference: &r,
+                provider_id: Some("libvirt://x"),
+                status: Some(&m),
+            }),
+            migration: None,
+            waiting: None,
+            deleting: false,
+            drift: PlacementDrift::Matches,
+            class: ClassTrack::Current {
+                name: "small",
+                generation: Some(1),
+                message: "built from VMClass small as it is (generation 1)",
+            },
+        };
+        let current = compute(None, &base, &now(1));
+        let c = conditions::get(&current.conditions, "ClassUpToDate").unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Current"));
+        let built = |s: &VirtualMachineStatus| s.class.clone().map(|c| (c.name, c.generation));
+        assert_eq!(built(&current), Some(("small".into(), Some(1))));
+        let kept = compute(
+            Some(&current),
+            &Input {
+                class: ClassTrack::Kept {
+                    name: "small",
+                    generation: Some(1),
+                    message: "VMClass small changed ... (generation 1 → 2: cpus 2 → 4)",
+                },
+                ..base
+            },
+            &now(2),
+        );
+        let c = conditions::get(&kept.conditions, "ClassUpToDate").unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "ClassChanged")
+        );
+        assert!(c.message.contains("cpus 2 → 4"), "{}", c.message);
+        assert_eq!(
+            built(&kept),
+            Some(("small".into(), Some(1))),
+            "the generation built from"
+        );
+        assert!(
+            conditions::is_true(&kept.conditions, "Ready"),
+            "it runs as it was made: Ready"
+        );
+        let unchecked = compute(
+            Some(&kept),
+            &Input {
+                class: ClassTrack::NotChecked,
+                ..base
+            },
+            &now(3),
+        );
+        assert_eq!(unchecked, kept, "a reconcile that did not look keeps it");
+    }
+
+    #[test]
     fn a_drift_is_shown_without_touching_ready_and_cleared_once_it_matches() {
         let p = placement();
         let r = reference();
@@ -914,6 +1059,7 @@ mod tests {
             waiting: None,
             deleting: false,
             drift: PlacementDrift::Matches,
+            class: ClassTrack::NotChecked,
         };
         let clean = compute(None, &base, &now(1));
         assert!(
@@ -941,6 +1087,7 @@ mod tests {
             Some(&drifted),
             &Input {
                 drift: PlacementDrift::NotChecked,
+                class: ClassTrack::NotChecked,
                 ..base
             },
             &now(3),
@@ -971,6 +1118,7 @@ mod tests {
             waiting: None,
             deleting: false,
             drift: PlacementDrift::NotChecked,
+            class: ClassTrack::NotChecked,
         };
         let s = compute(Some(&VirtualMachineStatus::default()), &input, &now(1));
         assert_eq!(s.placement.as_ref().unwrap().basis, with_basis.basis);
@@ -998,6 +1146,7 @@ mod tests {
             waiting: None,
             deleting: false,
             drift: PlacementDrift::NotChecked,
+            class: ClassTrack::NotChecked,
         };
         let s = compute(None, &input, &now(1));
         let power = conditions::get(&s.conditions, "PowerState").unwrap();

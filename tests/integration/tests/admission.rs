@@ -192,6 +192,26 @@ fn cases() -> Vec<Case> {
             "cpus must be a multiple of coresPerSocket",
         ),
         reject(
+            "class maxCPUs below cpus",
+            with(vm_class(), "/spec/maxCPUs", json!(1)),
+            "maxCPUs is the most CPUs the VM can grow to while it runs: it must be at least cpus (raise maxCPUs, or lower cpus)",
+        ),
+        reject(
+            "class maxMemoryMiB below memoryMiB",
+            with(vm_class(), "/spec/maxMemoryMiB", json!(128)),
+            "it must be at least memoryMiB (raise maxMemoryMiB, or lower memoryMiB)",
+        ),
+        reject(
+            "vsphere maxCPUs below numCPUs",
+            with(vsphere_machine(), "/spec/maxCPUs", json!(1)),
+            "maxCPUs must be at least numCPUs",
+        ),
+        reject(
+            "vsphere maxMemoryMiB below memoryMiB",
+            with(vsphere_machine(), "/spec/maxMemoryMiB", json!(1024)),
+            "maxMemoryMiB must be at least memoryMiB",
+        ),
+        reject(
             "zero-size disk",
             with(vm_class(), "/spec/disk/sizeGiB", json!(0)),
             "spec.disk.sizeGiB",
@@ -712,6 +732,16 @@ async fn the_base_objects_are_valid() {
         libvirt_machine(),
         ch_machine(),
         with(ch_machine(), "/spec/maxMemoryMiB", json!(1024)),
+        with(
+            with(vm_class(), "/spec/maxCPUs", json!(8)),
+            "/spec/maxMemoryMiB",
+            json!(8192),
+        ),
+        with(
+            with(vsphere_machine(), "/spec/maxCPUs", json!(2)),
+            "/spec/maxMemoryMiB",
+            json!(4096),
+        ),
         cluster("VSphereCluster"),
         cluster("ProxmoxCluster"),
         cluster("LibvirtCluster"),

@@ -212,6 +212,124 @@ async fn a_provider_that_cannot_serve_is_refused_and_one_that_can_is_chosen() {
     );
 }
 
+/// A class asking hot-add headroom (`maxCPUs`, `maxMemoryMiB`) is refused before
+/// anything is made where it cannot be honoured: on Proxmox (its change table grows
+/// CPUs and memory `NextBoot`, not live), `Scheduled=False CapabilitiesMissing` naming
+/// the field and the Provider; on a sim Provider that builds ProxmoxMachines (a kind
+/// with no such field), `Scheduled=False HotAddUnsupported`. The same VM by selector
+/// lands where it is honoured, its LibvirtMachine carrying the headroom.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_add_headroom_is_refused_where_it_cannot_be_honoured() {
+    let Some((ns, _operator, pve)) = world("caps-hotadd").await else {
+        return;
+    };
+    let roomy = format!("{}-roomy", ns.name);
+    let objects = [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": roomy},
+               "spec": {"cpus": 1, "maxCPUs": 4, "memoryMiB": 512, "maxMemoryMiB": 2048,
+                        "disk": {"sizeGiB": 8, "storageClass": "fast"}}}),
+        sim_provider(
+            "sim-pve",
+            &format!("sim://{}-p", ns.name),
+            json!({"machineKind": "ProxmoxMachine"}),
+        ),
+    ];
+    for object in &objects {
+        apply(&ns.client, &ns.name, object).await.unwrap();
+    }
+    ready_provider(&ns, "pve").await;
+    ready_provider(&ns, "sim-a").await;
+    ready_provider(&ns, "sim-pve").await;
+    let roomy_vm = |name: &str, placement: Value| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+               "metadata": {"name": name},
+               "spec": {"classRef": {"name": roomy},
+                        "imageRef": {"name": format!("{}-flatcar", ns.name)},
+                        "placement": placement}})
+    };
+    let vms: Api<VirtualMachine> = ns.api();
+    for (name, provider) in [("on-pve", "pve"), ("on-sim-pve", "sim-pve")] {
+        apply(
+            &ns.client,
+            &ns.name,
+            &roomy_vm(name, json!({"providerRef": {"name": provider}})),
+        )
+        .await
+        .unwrap();
+    }
+    let refused = wait_for(&vms, "on-pve", WAIT, |v| {
+        condition(v, "Scheduled").is_some_and(|(s, _, _)| s == "False")
+    })
+    .await;
+    let (_, reason, message) = condition(&refused, "Scheduled").unwrap();
+    assert_eq!(reason, "CapabilitiesMissing", "{message}");
+    for text in [
+        "pve: cannot honour maxCPUs (its change table grows cpus NextBoot, not Live)",
+        "cannot honour maxMemoryMiB (its change table grows memoryMiB NextBoot, not Live)",
+    ] {
+        assert!(message.contains(text), "{message}");
+    }
+    let refused = wait_for(&vms, "on-sim-pve", WAIT, |v| {
+        condition(v, "Scheduled").is_some_and(|(s, _, _)| s == "False")
+    })
+    .await;
+    let (_, reason, message) = condition(&refused, "Scheduled").unwrap();
+    assert_eq!(reason, "HotAddUnsupported", "{message}");
+    assert!(
+        message.contains("asks maxCPUs and maxMemoryMiB")
+            && message.contains("ProxmoxMachine on Provider sim-pve"),
+        "{message}"
+    );
+
+    apply(
+        &ns.client,
+        &ns.name,
+        &roomy_vm(
+            "by-selector",
+            json!({"providerSelector": {"matchLabels": {"tier": "lab"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let placed = wait_for(&vms, "by-selector", WAIT, is_ready).await;
+    assert_eq!(
+        placed
+            .status
+            .as_ref()
+            .and_then(|s| s.placement.as_ref())
+            .map(|p| p.provider.as_str()),
+        Some("sim-a")
+    );
+    let libvirt: Api<banlieue_sdk::api::infra::libvirt::LibvirtMachine> = ns.api();
+    let m = libvirt.get("by-selector").await.unwrap();
+    assert_eq!(
+        (m.spec.max_cpus, m.spec.max_memory_mib),
+        (Some(4), Some(2048))
+    );
+
+    // Nothing was made for the refused ones, a while later either.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let machines: Api<ProxmoxMachine> = ns.api();
+    assert!(
+        machines
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no ProxmoxMachine for a class whose headroom it cannot honour"
+    );
+    assert!(!pve.machines().iter().any(|m| m["name"] == "on-pve"));
+    for name in ["on-pve", "on-sim-pve"] {
+        let v = vms.get(name).await.unwrap();
+        assert_eq!(
+            condition(&v, "Scheduled").map(|(s, _, _)| s).as_deref(),
+            Some("False"),
+            "{name}"
+        );
+    }
+}
+
 /// `efi-secure` on Proxmox is OVMF with an enrolled EFI vars disk (read back from
 /// fakepve), and suspending it, which this backend does not claim, leaves it running
 /// with a condition that says so.

@@ -557,3 +557,155 @@ async fn a_virtual_machine_resized_by_its_class_mirrors_its_machine() {
         Some(1024)
     );
 }
+
+/// A VMClass edited in place (issue 38, item 4): with the default `updatePolicy: Keep`
+/// its VMs keep the hardware their machines were built with and say the class has
+/// moved on (`ClassUpToDate=False ClassChanged`, naming each field); once the class
+/// says `Apply`, the edit flows to the machine and the change machinery applies it
+/// (live here); a VM pointed at another class always takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_edit_reaches_its_vms_only_when_the_class_says_so() {
+    let (ns, operator, endpoint) = world("class-edit").await;
+    let small = format!("{}-small", ns.name);
+    let large = format!("{}-large", ns.name);
+    let image = format!("{}-debian", ns.name);
+    let class = |name: &str, cpus: u32, memory: u64, policy: Option<&str>| {
+        let mut spec = json!({"cpus": cpus, "memoryMiB": memory,
+                              "disk": {"sizeGiB": 5, "storageClass": "fast"}});
+        if let Some(policy) = policy {
+            spec["updatePolicy"] = policy.into();
+        }
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": name},
+               "spec": spec})
+    };
+    for object in [
+        class(&small, 1, 512, None),
+        class(&large, 4, 2048, None),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
+               "spec": {"os": {"family": "linux", "distribution": "debian", "version": "13"}, "sources": {"sim": {"name": "debian"}}}}),
+    ] {
+        apply(&ns.client, &ns.name, &object).await.unwrap();
+    }
+    let vm = |class: &str| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web"},
+               "spec": {"classRef": {"name": class}, "imageRef": {"name": image},
+                        "networks": [{"name": "eth0", "networkClass": "lan"}],
+                        "placement": {"providerRef": {"name": "sim"}}}})
+    };
+    let vms: Api<VirtualMachine> = ns.api();
+    let machines: Api<LibvirtMachine> = ns.api();
+    let class_condition = |v: &VirtualMachine| {
+        v.status
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, "ClassUpToDate"))
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    let built_from = |v: &VirtualMachine| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.class.clone())
+            .map(|c| (c.name, c.generation))
+    };
+    let settled = |v: &VirtualMachine, cpus: u32| {
+        v.status.as_ref().is_some_and(|s| {
+            conditions::is_true(&s.conditions, "Ready")
+                && conditions::is_true(&s.conditions, "UpToDate")
+                && s.resources
+                    .as_ref()
+                    .and_then(|r| r.running.as_ref())
+                    .is_some_and(|r| r.cpus == cpus)
+        })
+    };
+    apply(&ns.client, &ns.name, &vm(&small)).await.unwrap();
+    let v = wait_for(&vms, "web", WAIT, |v: &VirtualMachine| {
+        settled(v, 1) && class_condition(v).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(built_from(&v), Some((small.clone(), Some(1))));
+    let (_, reason, message) = class_condition(&v).unwrap();
+    assert_eq!(reason, "Current", "{message}");
+    let provider_id = v.status.as_ref().unwrap().provider_id.clone().unwrap();
+    let m = machines.get("web").await.unwrap();
+    assert!(
+        m.annotations().contains_key("banlieue.io/class"),
+        "the machine records what it was built from"
+    );
+    let machine_generation = m.metadata.generation;
+
+    // Edited in place, Keep (the default): nothing is resized, the VM says so.
+    apply(&ns.client, &ns.name, &class(&small, 2, 1024, None))
+        .await
+        .unwrap();
+    let v = wait_for(&vms, "web", WAIT, |v: &VirtualMachine| {
+        class_condition(v).is_some_and(|c| c.0 == "False")
+    })
+    .await;
+    let (_, reason, message) = class_condition(&v).unwrap();
+    assert_eq!(reason, "ClassChanged", "{message}");
+    for text in [
+        &format!("VMClass {small} changed since this VM's machine was built (generation 1 → 2"),
+        "cpus 1 → 2",
+        "memoryMiB 512 → 1024",
+        "set updatePolicy: Apply on the class",
+    ] {
+        assert!(message.contains(text), "{message}");
+    }
+    assert_eq!(
+        built_from(&v),
+        Some((small.clone(), Some(1))),
+        "still the generation it was built from"
+    );
+    assert!(
+        settled(&v, 1),
+        "Ready and up to date with what it was built with"
+    );
+    // Two resyncs later: the machine's spec and the simulator's VM are untouched.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let m = machines.get("web").await.unwrap();
+    assert_eq!((m.spec.cpus, m.spec.memory_mib), (1, 512));
+    assert_eq!(
+        m.metadata.generation, machine_generation,
+        "its spec never written"
+    );
+    let on_sim = operator.sim.machines(&endpoint);
+    assert_eq!(on_sim.len(), 1);
+    assert_eq!((on_sim[0].cpus, on_sim[0].memory_mib), (1, 512));
+    let v = vms.get("web").await.unwrap();
+    assert_eq!(
+        class_condition(&v).map(|c| c.1).as_deref(),
+        Some("ClassChanged")
+    );
+
+    // The class says Apply: the edit flows, applied live (the simulator's table).
+    apply(&ns.client, &ns.name, &class(&small, 2, 1024, Some("Apply")))
+        .await
+        .unwrap();
+    let v = wait_for(&vms, "web", WAIT, |v: &VirtualMachine| {
+        settled(v, 2) && class_condition(v).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(built_from(&v), Some((small.clone(), Some(3))));
+    let m = machines.get("web").await.unwrap();
+    assert_eq!((m.spec.cpus, m.spec.memory_mib), (2, 1024));
+    let on_sim = operator.sim.machines(&endpoint);
+    assert_eq!((on_sim[0].cpus, on_sim[0].memory_mib), (2, 1024));
+    assert_eq!(
+        v.status.as_ref().unwrap().provider_id.as_deref(),
+        Some(provider_id.as_str()),
+        "resized, not replaced"
+    );
+
+    // Another class (whose policy is Keep): a change of classRef always resizes.
+    apply(&ns.client, &ns.name, &vm(&large)).await.unwrap();
+    let v = wait_for(&vms, "web", WAIT, |v: &VirtualMachine| {
+        settled(v, 4) && built_from(v).is_some_and(|(name, _)| name == large)
+    })
+    .await;
+    assert_eq!(
+        class_condition(&v).map(|c| (c.0, c.1)),
+        Some(("True".into(), "Current".into()))
+    );
+    let on_sim = operator.sim.machines(&endpoint);
+    assert_eq!(on_sim.len(), 1, "the same machine");
+    assert_eq!((on_sim[0].cpus, on_sim[0].memory_mib), (4, 2048));
+}

@@ -2,9 +2,9 @@
 //! (real apiserver) edits a VSphereMachine after it is Ready, and what the VM runs with
 //! is read from vcsim by the harness (govmomi, not banlieue's client), counting the
 //! `ReconfigVM_Task` calls. The vSphere change table
-//! (`banlieue_backend_vsphere::change_table`): disks grow live; CPUs, cores per socket
-//! and memory wait for a power-off; firmware and network devices are never changed on
-//! a made VM.
+//! (`banlieue_backend_vsphere::change_table`): disks grow live; CPUs and memory grow
+//! live on a VM made with hot-add, else wait for a power-off, as cores per socket and
+//! every shrink do; firmware and network devices are never changed on a made VM.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -518,6 +518,154 @@ async fn a_virtual_machine_moved_to_a_larger_class_is_resized_by_a_power_cycle()
         .filter(|v| v["template"] != true && v["name"] == "web")
         .count();
     assert_eq!(clones, 1);
+}
+
+/// `config.cpuHotAddEnabled` and `config.memoryHotAddEnabled` of the VM named `name`,
+/// read from vcsim directly (the harness does not list them).
+async fn hot_add(sim: &Vcsim, name: &str) -> (Option<String>, Option<String>) {
+    let reader = VSphereFactory::new()
+        .connect_vsphere(&connection(sim))
+        .unwrap();
+    let moref = MoRef::new(
+        "VirtualMachine",
+        sim.vm(name).unwrap()["moref"].as_str().unwrap(),
+    );
+    let o = reader
+        .client()
+        .properties(
+            &moref,
+            &["config.cpuHotAddEnabled", "config.memoryHotAddEnabled"],
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let text = |path: &str| o.text(path).map(str::to_owned);
+    (
+        text("config.cpuHotAddEnabled"),
+        text("config.memoryHotAddEnabled"),
+    )
+}
+
+/// Hot-add headroom (issue 38, item 3): a VirtualMachine whose class asks `maxCPUs` /
+/// `maxMemoryMiB` is made with CPU and memory hot-add (read back from vcsim), and moved
+/// to a larger class with the same headroom it grows live: one `ReconfigVM_Task`, no
+/// power cycle, Ready throughout, nothing waiting. A shrink still waits for a
+/// power-off, and nothing is sent for it. vcsim takes a reconfigure of `numCPUs` and
+/// `memoryMB` in any power state: that vSphere refuses it without hot-add is what the
+/// backend's own refusal and the unit tests show, not this test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_machine_with_hot_add_headroom_grows_live_without_a_power_cycle() {
+    let Some(sim) = Vcsim::start() else { return };
+    let (ns, _operator) = world("vs-hotadd", &sim).await;
+    let class = |name: &str, cpus: u32, memory: u64| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": name},
+               "spec": {"cpus": cpus, "maxCPUs": 8, "memoryMiB": memory, "maxMemoryMiB": 4096,
+                        "disk": {"sizeGiB": 16, "storageClass": "fast"}}})
+    };
+    let small = format!("{}-small", ns.name);
+    let large = format!("{}-large", ns.name);
+    let image = format!("{}-ubuntu", ns.name);
+    for object in [
+        class(&small, 2, 1024),
+        class(&large, 4, 2048),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
+               "spec": {"os": {"family": "linux", "distribution": "ubuntu", "version": "24.04"},
+                        "sources": {"vsphere": {"template": sim.ready.template}}}}),
+    ] {
+        apply(&ns.client, &ns.name, &object).await.unwrap();
+    }
+    let vm = |class: &str| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web"},
+               "spec": {"classRef": {"name": class}, "imageRef": {"name": image},
+                        "networks": [{"name": "eth0", "networkClass": "lan"}]}})
+    };
+    let vms: Api<VirtualMachine> = ns.api();
+    let machines: Api<VSphereMachine> = ns.api();
+    let vm_condition = |v: &VirtualMachine, type_: &str| {
+        v.status
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, type_))
+            .cloned()
+    };
+    let settled = |v: &VirtualMachine, cpus: u32, memory: u64| {
+        v.status.as_ref().is_some_and(|s| {
+            conditions::is_true(&s.conditions, "Ready")
+                && conditions::is_true(&s.conditions, "UpToDate")
+                && s.resources
+                    .as_ref()
+                    .and_then(|r| r.running.as_ref())
+                    .is_some_and(|r| (r.cpus, r.memory_mib) == (cpus, memory))
+        })
+    };
+    apply(&ns.client, &ns.name, &vm(&small)).await.unwrap();
+    let v = wait_for(&vms, "web", WAIT, |v: &VirtualMachine| settled(v, 2, 1024)).await;
+    let provider_id = v.status.as_ref().unwrap().provider_id.clone().unwrap();
+    let m = machines.get("web").await.unwrap();
+    assert_eq!(
+        (m.spec.max_cpus, m.spec.max_memory_mib),
+        (Some(8), Some(4096)),
+        "the class's headroom, copied"
+    );
+    assert_eq!(
+        hot_add(&sim, "web").await,
+        (Some("true".into()), Some("true".into())),
+        "made with CPU and memory hot-add"
+    );
+    let r = running(&m).unwrap();
+    assert_eq!(
+        (r.max_cpus, r.max_memory_mib),
+        (None, None),
+        "with hot-add, no ceiling of its own"
+    );
+    let (reconfigures, power_offs, shutdowns) = (
+        sim.calls("ReconfigVM_Task"),
+        sim.calls("PowerOffVM_Task"),
+        sim.calls("ShutdownGuest"),
+    );
+
+    // A larger class: added live.
+    apply(&ns.client, &ns.name, &vm(&large)).await.unwrap();
+    let v = wait_for(&vms, "web", WAIT, |v: &VirtualMachine| settled(v, 4, 2048)).await;
+    assert_eq!(
+        vm_condition(&v, "RestartRequired").map(|c| c.status),
+        Some("False".into())
+    );
+    let on_vcsim = sim.vm("web").unwrap();
+    assert_eq!(
+        (on_vcsim["cpus"].as_i64(), on_vcsim["memoryMB"].as_i64()),
+        (Some(4), Some(2048))
+    );
+    assert_eq!(on_vcsim["power"], "poweredOn");
+    let sent = sim.calls("ReconfigVM_Task") - reconfigures;
+    eprintln!("ReconfigVM_Task calls for a live 2 → 4 CPUs, 1024 → 2048 MiB: {sent}");
+    assert_eq!(sent, 1, "CPUs and memory in one ReconfigVM_Task");
+    assert_eq!(
+        (sim.calls("PowerOffVM_Task"), sim.calls("ShutdownGuest")),
+        (power_offs, shutdowns),
+        "no power cycle"
+    );
+    assert_eq!(
+        v.status.as_ref().unwrap().provider_id.as_deref(),
+        Some(provider_id.as_str()),
+        "the same VM"
+    );
+
+    // Back to the small class: vSphere has no hot-remove, so it waits for a power-off,
+    // and nothing is sent.
+    apply(&ns.client, &ns.name, &vm(&small)).await.unwrap();
+    let v = wait_for(&vms, "web", WAIT, |v: &VirtualMachine| {
+        vm_condition(v, "RestartRequired").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let message = vm_condition(&v, "RestartRequired").unwrap().message;
+    assert!(
+        message.contains("cpus 4 → 2 waits for a power-off")
+            && message.contains("memoryMiB 2048 → 1024 waits for a power-off"),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(sim.calls("ReconfigVM_Task"), reconfigures + 1);
+    assert_eq!(sim.vm("web").unwrap()["cpus"].as_i64(), Some(4));
 }
 
 fn request(sim: &Vcsim, uid: &str, networks: usize) -> MachineRequest {

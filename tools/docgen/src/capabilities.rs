@@ -3,7 +3,7 @@
 //! `status.backendCapabilities`), so the book cannot claim more than the code does.
 
 use banlieue_sdk::api::common::ProviderClass;
-use banlieue_sdk::api::resources::{ChangeRule, MachineField};
+use banlieue_sdk::api::resources::{ChangeMode, ChangeRule, MachineField};
 use banlieue_sdk::backend::BackendCapabilities;
 use banlieue_sdk::backend::capabilities::{
     ALL_BOOTSTRAP_FORMATS, ALL_FIRMWARE, ALL_POWER_STATES, DiskTransferFormat, IGNITION_SETTING,
@@ -165,14 +165,23 @@ fn render_from(backends: &[(ProviderClass, &str, BackendCapabilities)]) -> Strin
     out
 }
 
-/// One change-table cell: `Live`, or `grow Live, shrink PowerOff` when the two differ.
+/// One change-table cell: `Live`, or `grow Live, shrink PowerOff` when the two differ,
+/// with what a growth beyond the hot-add ceiling takes when the rule names it
+/// (`grow Live (beyond max PowerOff), shrink PowerOff`).
 fn change_cell(table: &[ChangeRule], field: MachineField) -> String {
     let grow = changes::mode(table, field, true);
     let shrink = changes::mode(table, field, false);
+    let beyond = table
+        .iter()
+        .find(|r| r.field == field)
+        .and_then(|r| r.beyond_max)
+        .filter(|_| grow == ChangeMode::Live)
+        .map(|m| format!(" (beyond max {})", m.as_str()))
+        .unwrap_or_default();
     if grow == shrink {
-        grow.as_str().to_owned()
+        format!("{}{beyond}", grow.as_str())
     } else {
-        format!("grow {}, shrink {}", grow.as_str(), shrink.as_str())
+        format!("grow {}{beyond}, shrink {}", grow.as_str(), shrink.as_str())
     }
 }
 
@@ -184,7 +193,7 @@ fn changes_section(backends: &[(ProviderClass, &str, BackendCapabilities)]) -> S
          (its `capabilities().changes`, published in `status.backendCapabilities.changes`). \
          `Live`: applied to the running guest and read back, no restart (where the machine \
          has a hot-add ceiling, `maxCPUs` or `maxMemoryMiB`, a change beyond it is \
-         `NextBoot`). `NextBoot`: written now, taken when the guest next powers on. \
+         `NextBoot`, or what the cell says after `beyond max`). `NextBoot`: written now, taken when the guest next powers on. \
          `PowerOff`: applied only while the machine is powered off. `Never`: fixed when the \
          machine is made. A powered-off machine takes every change that is not `Never` at \
          once. While a change waits, the machine keeps running as it is and says so: \

@@ -292,6 +292,8 @@ impl VSphereBackend {
                 num_cpus: Some(spec.num_cpus),
                 num_cores_per_socket: spec.num_cores_per_socket,
                 memory_mib: Some(spec.memory_mib),
+                cpu_hot_add: Some(hot_add(spec).0),
+                memory_hot_add: Some(hot_add(spec).1),
                 extra_config: guestinfo::clone_keys(identity, &fd),
                 firmware: spec.firmware.map(firmware),
                 efi_secure_boot: spec.firmware.and_then(secure_boot),
@@ -397,6 +399,27 @@ pub(super) fn firmware_fix(vm: &super::vm::Vm, want: Option<Firmware>) -> Option
     })
 }
 
+/// The hot-add flags `spec` asks, `(cpuHotAddEnabled, memoryHotAddEnabled)`: on when
+/// it asks room to grow (`maxCPUs`, `maxMemoryMiB`), off otherwise (a template's
+/// hot-add is not kept: it would let a machine grow live that its spec gives no room,
+/// and CPU hot-add turns vNUMA off).
+pub(super) fn hot_add(spec: &VSphereMachineSpec) -> (bool, bool) {
+    (spec.max_cpus.is_some(), spec.max_memory_mib.is_some())
+}
+
+/// Sets in `config` the hot-add flags `spec` asks that `vm` does not have, while it is
+/// powered off (vSphere changes them only then): a clone that did not take them
+/// (vcsim's clone keeps only `numCPUs` and `memoryMB` of the clone's config) gets them
+/// with its configuring reconfigure.
+pub(super) fn hot_add_fix(vm: &super::vm::Vm, spec: &VSphereMachineSpec, config: &mut ConfigSpec) {
+    if vm.power != banlieue_sdk::api::common::PowerState::PoweredOff {
+        return;
+    }
+    let (cpu, memory) = hot_add(spec);
+    config.cpu_hot_add = (vm.cpu_hot_add != cpu).then_some(cpu);
+    config.memory_hot_add = (vm.memory_hot_add != memory).then_some(memory);
+}
+
 /// Whether `fix` alone gives `vm` the firmware `want` asks (so it can ride with the
 /// configuring reconfigure), or a second step must follow it (Secure Boot on a VM
 /// that is not EFI yet).
@@ -482,6 +505,71 @@ mod tests {
             cpu_hot_add: false,
             memory_hot_add: false,
             devices: vec![],
+        }
+    }
+
+    #[test]
+    fn hot_add_is_set_as_the_spec_asks_only_while_off_and_only_when_it_differs() {
+        let spec = |max_cpus: Option<u32>, max_memory_mib: Option<u64>| VSphereMachineSpec {
+            max_cpus,
+            max_memory_mib,
+            ..serde_json::from_value(serde_json::json!({
+                "template": "t", "numCPUs": 1, "memoryMiB": 512
+            }))
+            .unwrap()
+        };
+        // (VM has cpu, memory hot-add; asks maxCPUs, maxMemoryMiB; power; the fix)
+        type Case = (
+            (bool, bool),
+            (Option<u32>, Option<u64>),
+            banlieue_sdk::api::common::PowerState,
+            (Option<bool>, Option<bool>),
+        );
+        use banlieue_sdk::api::common::PowerState::*;
+        let cases: [Case; 5] = [
+            (
+                (false, false),
+                (Some(4), Some(4096)),
+                PoweredOff,
+                (Some(true), Some(true)),
+            ),
+            (
+                (false, false),
+                (Some(4), None),
+                PoweredOff,
+                (Some(true), None),
+            ),
+            (
+                (true, true),
+                (Some(4), Some(4096)),
+                PoweredOff,
+                (None, None),
+            ),
+            // A template with hot-add, none asked: turned off.
+            (
+                (true, true),
+                (None, None),
+                PoweredOff,
+                (Some(false), Some(false)),
+            ),
+            // Never on a running VM (vSphere would refuse it).
+            (
+                (false, false),
+                (Some(4), Some(4096)),
+                PoweredOn,
+                (None, None),
+            ),
+        ];
+        for ((cpu, memory), (max_cpus, max_memory), power, want) in cases {
+            let mut vm = vm(Some("efi"), false);
+            (vm.cpu_hot_add, vm.memory_hot_add, vm.power) = (cpu, memory, power);
+            let mut config = ConfigSpec::default();
+            hot_add_fix(&vm, &spec(max_cpus, max_memory), &mut config);
+            assert_eq!(
+                (config.cpu_hot_add, config.memory_hot_add),
+                want,
+                "{cpu}/{memory} asked {max_cpus:?}/{max_memory:?} {power:?}"
+            );
         }
     }
 

@@ -14,7 +14,8 @@ use crate::{guestinfo, inventory, netconfig};
 
 impl VSphereBackend {
     /// The configuring reconfigure: device edits (network devices onto the machine's
-    /// port groups, the first disk grown to `diskGiB`, additional disks) and the
+    /// port groups, the first disk grown to `diskGiB`, additional disks), the hot-add
+    /// flags the clone did not take ([`super::clone::hot_add_fix`]) and the
     /// guestinfo keys (bootstrap data, metadata with the network config: the bootstrap
     /// data's, else one made from static IPAM and the devices' MACs).
     pub(super) async fn configure_spec(
@@ -84,11 +85,13 @@ impl VSphereBackend {
             request.bootstrap.as_ref(),
             network.as_deref(),
         ));
-        Ok(ConfigSpec {
+        let mut config = ConfigSpec {
             device_change: changes,
             extra_config,
             ..Default::default()
-        })
+        };
+        super::clone::hot_add_fix(vm, spec, &mut config);
+        Ok(config)
     }
 
     /// A port group by name (among the networks of the cluster of failure domain

@@ -10,7 +10,7 @@ use banlieue_sdk::api::infra::vsphere::VSphereMachineSpec;
 use banlieue_sdk::backend::{BackendError, MachineObservation, MachineRequest};
 use tracing::info;
 
-use super::clone::{Placement, annotation, firmware, no_storage_policy, secure_boot};
+use super::clone::{Placement, annotation, firmware, hot_add, no_storage_policy, secure_boot};
 use super::disks::{DESCRIPTOR_HEAD, ImportedDisk};
 use super::{OpKind, VSphereBackend, vim};
 use crate::client::methods::{self, ConfigSpec};
@@ -79,6 +79,8 @@ impl VSphereBackend {
             num_cpus: Some(spec.num_cpus),
             num_cores_per_socket: spec.num_cores_per_socket,
             memory_mib: Some(spec.memory_mib),
+            cpu_hot_add: Some(hot_add(spec).0),
+            memory_hot_add: Some(hot_add(spec).1),
             device_change: devices::create_devices(
                 &hardware.controller,
                 &disks,

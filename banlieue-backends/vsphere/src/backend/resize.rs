@@ -98,13 +98,16 @@ pub(crate) fn resources(vm: &Vm) -> MachineResources {
 /// The reconfigure that gives `vm` the `fields` of `desired`, or `None` when it has
 /// them already (idempotent: a field read back as asked adds nothing).
 ///
-/// CPUs, cores per socket and memory are set only on a powered-off VM: the change
-/// table says `PowerOff` for them (hot-add is not asked at clone time, so a running VM
-/// cannot take them), and a running VM asked anyway is a transient
-/// `PowerOffRequired` naming the field, never a reconfigure vSphere would refuse.
-/// Disks grow in any power state (vSphere extends a `VirtualDisk` live); a smaller
-/// size is refused (admission refuses it before). Every other field is a terminal
-/// `ChangeUnsupported` naming it: the table lists none of them.
+/// More CPUs (memory) are added to a running VM only when it has CPU (memory) hot-add
+/// and the spec's own ceiling (`maxCPUs`, `maxMemoryMiB`) allows them; fewer, cores per
+/// socket, and more without hot-add are set only on a powered-off VM (the change table
+/// and the ceiling [`resources`] reports make them `PowerOff`). A running VM asked
+/// anyway is a transient `PowerOffRequired` naming the field, never a reconfigure
+/// vSphere would refuse. A CPU or memory change made while the VM is off also sets its
+/// hot-add flag as the spec asks now, when it differs (vSphere changes it only
+/// then). Disks grow in any power state (vSphere extends a `VirtualDisk` live); a
+/// smaller size is refused (admission refuses it before). Every other field is a
+/// terminal `ChangeUnsupported` naming it: the table lists none of them.
 pub(crate) fn resize_spec(
     vm: &Vm,
     desired: &MachineResources,
@@ -112,38 +115,72 @@ pub(crate) fn resize_spec(
 ) -> Result<Option<ConfigSpec>, BackendError> {
     use MachineField as F;
     let have = resources(vm);
+    let off = vm.power == PowerState::PoweredOff;
     let mut config = ConfigSpec::default();
-    let needs_off = |field: MachineField| {
-        if vm.power == PowerState::PoweredOff {
+    let needs_off = |field: MachineField, why: &str| {
+        if off {
             Ok(())
         } else {
             Err(BackendError::transient(
                 "PowerOffRequired",
                 format!(
-                    "{} changes only while the VM is powered off (no hot-add on {})",
+                    "{} changes only while the VM is powered off ({why} on {})",
                     field.as_str(),
                     vm.name
                 ),
             ))
         }
     };
+    // Whether a running VM takes `want` live: a raise, with hot-add, within the
+    // spec's ceiling; else why not.
+    let live = |hot_add: bool, want: u64, have: u64, max: Option<u64>| {
+        if want < have {
+            Err("no hot-remove")
+        } else if !hot_add {
+            Err("no hot-add")
+        } else if max.is_some_and(|max| want > max) {
+            Err("beyond the spec's maximum")
+        } else {
+            Ok(())
+        }
+    };
     for &field in fields {
         match field {
             F::Cpus if desired.cpus != have.cpus => {
-                needs_off(field)?;
+                if let Err(why) = live(
+                    vm.cpu_hot_add,
+                    desired.cpus.into(),
+                    have.cpus.into(),
+                    desired.max_cpus.map(u64::from),
+                ) {
+                    needs_off(field, why)?;
+                }
                 config.num_cpus = Some(desired.cpus);
+                if off && vm.cpu_hot_add != desired.max_cpus.is_some() {
+                    config.cpu_hot_add = Some(desired.max_cpus.is_some());
+                }
             }
             F::CoresPerSocket => {
                 if let Some(want) = desired.cores_per_socket
                     && Some(want) != have.cores_per_socket
                 {
-                    needs_off(field)?;
+                    needs_off(field, "a topology change")?;
                     config.num_cores_per_socket = Some(want);
                 }
             }
             F::MemoryMib if desired.memory_mib != have.memory_mib => {
-                needs_off(field)?;
+                if let Err(why) = live(
+                    vm.memory_hot_add,
+                    desired.memory_mib,
+                    have.memory_mib,
+                    desired.max_memory_mib,
+                ) {
+                    needs_off(field, why)?;
+                }
                 config.memory_mib = Some(desired.memory_mib);
+                if off && vm.memory_hot_add != desired.max_memory_mib.is_some() {
+                    config.memory_hot_add = Some(desired.max_memory_mib.is_some());
+                }
             }
             F::Cpus | F::MemoryMib => {}
             F::OsDiskSize => {
@@ -295,6 +332,8 @@ mod tests {
         want.cpus = 4;
         want.cores_per_socket = Some(2);
         want.memory_mib = 4096;
+        // No hot-add asked (what was read back as ceilings is not a spec's).
+        (want.max_cpus, want.max_memory_mib) = (None, None);
         let fields = [
             MachineField::Cpus,
             MachineField::CoresPerSocket,
@@ -309,16 +348,105 @@ mod tests {
         );
         assert!(spec.device_change.is_empty());
         for power in [PowerState::PoweredOn, PowerState::Suspended] {
+            let mut no_hot_add = vm(power);
+            no_hot_add.memory_hot_add = false;
             for field in fields {
-                let e = resize_spec(&vm(power), &want, &[field]).unwrap_err();
+                let e = resize_spec(&no_hot_add, &want, &[field]).unwrap_err();
                 assert_eq!(e.reason, "PowerOffRequired");
                 assert!(e.is_transient() && e.message.contains(field.as_str()));
             }
         }
+        // The memory rode without hot-add asked: the flag vm() has is turned off with it.
+        assert_eq!(
+            resize_spec(&vm(PowerState::PoweredOff), &want, &fields)
+                .unwrap()
+                .unwrap()
+                .memory_hot_add,
+            Some(false)
+        );
         // Already so: nothing to do, whatever the power state.
         assert_eq!(
             resize_spec(&vm(PowerState::PoweredOn), &asked(), &fields).unwrap(),
             None
+        );
+    }
+
+    #[test]
+    fn with_hot_add_cpus_and_memory_grow_live_within_the_spec_ceiling() {
+        let mut hot = vm(PowerState::PoweredOn);
+        (hot.cpu_hot_add, hot.memory_hot_add) = (true, true);
+        let fields = [MachineField::Cpus, MachineField::MemoryMib];
+        // (desired cpus, memory, maxCPUs, maxMemoryMiB, VM with hot-add, Ok(cpus, memory) or the refusal)
+        type Case = (
+            u32,
+            u64,
+            Option<u32>,
+            Option<u64>,
+            bool,
+            Result<(Option<u32>, Option<u64>), &'static str>,
+        );
+        let cases: [Case; 6] = [
+            (
+                4,
+                4096,
+                Some(8),
+                Some(8192),
+                true,
+                Ok((Some(4), Some(4096))),
+            ),
+            (4, 2048, None, None, true, Ok((Some(4), None))),
+            (4, 4096, Some(8), Some(8192), false, Err("no hot-add")),
+            (1, 2048, Some(8), None, true, Err("no hot-remove")),
+            (2, 1024, None, Some(4096), true, Err("no hot-remove")),
+            // Beyond the spec's own ceiling (admission refuses such a spec): refused.
+            (
+                16,
+                2048,
+                Some(8),
+                None,
+                true,
+                Err("beyond the spec's maximum"),
+            ),
+        ];
+        for (cpus, memory, max_cpus, max_memory_mib, hot_add, want) in cases {
+            let mut machine = hot.clone();
+            (machine.cpu_hot_add, machine.memory_hot_add) = (hot_add, hot_add);
+            let mut desired = asked();
+            (desired.cpus, desired.memory_mib) = (cpus, memory);
+            (desired.max_cpus, desired.max_memory_mib) = (max_cpus, max_memory_mib);
+            let got = resize_spec(&machine, &desired, &fields);
+            match want {
+                Ok(sizes) => {
+                    let spec = got.unwrap().unwrap();
+                    assert_eq!((spec.num_cpus, spec.memory_mib), sizes, "{cpus} {memory}");
+                    assert_eq!(
+                        (spec.cpu_hot_add, spec.memory_hot_add),
+                        (None, None),
+                        "never changed on a running VM"
+                    );
+                }
+                Err(why) => {
+                    let e = got.unwrap_err();
+                    assert_eq!(e.reason, "PowerOffRequired", "{cpus} {memory}");
+                    assert!(e.message.contains(why), "{cpus} {memory}: {}", e.message);
+                }
+            }
+        }
+        // While off: the size, and hot-add as the spec asks now.
+        let mut cold = vm(PowerState::PoweredOff);
+        cold.memory_hot_add = false;
+        let mut desired = asked();
+        (desired.cpus, desired.max_cpus) = (4, Some(8));
+        (desired.memory_mib, desired.max_memory_mib) = (4096, Some(8192));
+        let spec = resize_spec(&cold, &desired, &fields).unwrap().unwrap();
+        assert_eq!(
+            (
+                spec.num_cpus,
+                spec.cpu_hot_add,
+                spec.memory_mib,
+                spec.memory_hot_add
+            ),
+            (Some(4), Some(true), Some(4096), Some(true))
         );
     }
 

@@ -274,6 +274,10 @@ pub struct ConfigSpec {
     pub num_cores_per_socket: Option<u32>,
     /// `memoryMB`.
     pub memory_mib: Option<u64>,
+    /// `memoryHotAddEnabled` (vSphere changes it only while the VM is off).
+    pub memory_hot_add: Option<bool>,
+    /// `cpuHotAddEnabled` (vSphere changes it only while the VM is off).
+    pub cpu_hot_add: Option<bool>,
     /// `deviceChange`: device edits (network backings, disk capacity).
     pub device_change: Vec<DeviceChange>,
     /// `extraConfig` (`guestinfo.*` and banlieue's own keys); an empty value removes a key.
@@ -313,6 +317,14 @@ impl ConfigSpec {
         }
         if let Some(v) = self.memory_mib {
             x.text("memoryMB", v);
+        }
+        // The WSDL's order: memoryMB, memoryHotAddEnabled, cpuHotAddEnabled, ...,
+        // deviceChange.
+        if let Some(v) = self.memory_hot_add {
+            x.text("memoryHotAddEnabled", v);
+        }
+        if let Some(v) = self.cpu_hot_add {
+            x.text("cpuHotAddEnabled", v);
         }
         for change in &self.device_change {
             x.open("deviceChange").text("operation", &change.operation);

@@ -21,6 +21,10 @@ infra_machine! {
         .message("set either datastore or storagePolicyName, not both"))]
     #[x_kube(validation = Rule::new("!has(self.numCoresPerSocket) || self.numCPUs % self.numCoresPerSocket == 0")
         .message("numCPUs must be a multiple of numCoresPerSocket"))]
+    #[x_kube(validation = Rule::new("!has(self.maxCPUs) || self.maxCPUs >= self.numCPUs")
+        .message("maxCPUs must be at least numCPUs"))]
+    #[x_kube(validation = Rule::new("!has(self.maxMemoryMiB) || self.maxMemoryMiB >= self.memoryMiB")
+        .message("maxMemoryMiB must be at least memoryMiB"))]
     pub struct VSphereMachineSpec {
         /// Name or inventory path of the template to clone.
         #[schemars(length(min = 1, max = 1024))]
@@ -56,6 +60,16 @@ infra_machine! {
         #[serde(rename = "numCPUs")]
         #[schemars(range(min = 1, max = 768))]
         pub num_cpus: u32,
+        /// Room to add CPUs while the VM runs: set, the VM is made with CPU hot-add
+        /// (`cpuHotAddEnabled`) and a raise of `numCPUs` (up to `maxCPUs`, which it
+        /// cannot exceed) is added live, one `ReconfigVM_Task`, no restart. Without it
+        /// (no hot-add, vSphere's default) a raise waits for a power-off. vSphere turns
+        /// hot-add on or off only while the VM is off: it is set when the VM is made,
+        /// and a later change of it with the next CPU change made while the VM is off.
+        /// Default: no hot-add.
+        #[serde(rename = "maxCPUs", default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 768))]
+        pub max_cpus: Option<u32>,
         /// Cores per socket.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 1, max = 128))]
@@ -64,6 +78,13 @@ infra_machine! {
         #[serde(rename = "memoryMiB")]
         #[schemars(range(min = 128, max = 25165824))]
         pub memory_mib: u64,
+        /// Room to add memory while the VM runs, in MiB: set, the VM is made with
+        /// memory hot-add (`memoryHotAddEnabled`) and a raise of `memoryMiB` (up to
+        /// it) is added live. Without it a raise waits for a power-off. Set as
+        /// `maxCPUs` is. Default: no hot-add.
+        #[serde(rename = "maxMemoryMiB", default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 128, max = 25165824))]
+        pub max_memory_mib: Option<u64>,
         /// OS disk size in GiB; grown from the template's if larger.
         #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 1, max = 65536))]

@@ -19,8 +19,8 @@ impl MachineKind for LibvirtMachine {
                     .cloned()
                     .unwrap_or_else(|| "default".into()),
                 cpus: input.class.cpus,
-                max_cpus: None,
-                max_memory_mib: None,
+                max_cpus: input.class.max_cpus,
+                max_memory_mib: input.class.max_memory_mib,
                 memory_mib: input.class.memory_mib,
                 disk_gib: parts.disk_gib,
                 firmware: input.class.firmware,

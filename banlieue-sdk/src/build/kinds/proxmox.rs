@@ -21,6 +21,7 @@ impl MachineKind for ProxmoxMachine {
                     "the image's proxmox source has no templateID (volume imports are not supported yet)",
                 )
             })?;
+        refuse_headroom(parts)?;
         // Admission refuses coresPerSocket 0, but an object stored before that rule
         // (or written with validation off) must not crash the operator.
         let (sockets, cores) = match input.class.cores_per_socket {
@@ -64,4 +65,38 @@ impl MachineKind for ProxmoxMachine {
             status: None,
         })
     }
+}
+
+/// A ProxmoxMachine has no hot-add headroom: a class that asks for it is refused,
+/// never built without it. (The scheduler refuses a Proxmox Provider for it already,
+/// by its change table; this is the `sim` Provider building ProxmoxMachines.)
+fn refuse_headroom(parts: &Parts<'_>) -> Result<(), BuildError> {
+    let class = parts.input.class;
+    let asked: Vec<&str> = [
+        class.max_cpus.map(|_| "maxCPUs"),
+        class.max_memory_mib.map(|_| "maxMemoryMiB"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if asked.is_empty() {
+        return Ok(());
+    }
+    Err(BuildError::new(
+        "HotAddUnsupported",
+        format!(
+            "VMClass {} asks {} (room to grow while the VM runs), which a ProxmoxMachine \
+             on Provider {} cannot honour: remove it from the class, or place the VM on a \
+             Provider that adds CPUs and memory live",
+            parts.input.vm.spec.class_ref.name,
+            asked.join(" and "),
+            parts
+                .input
+                .provider
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or_default(),
+        ),
+    ))
 }

@@ -1,6 +1,8 @@
 //! The VirtualMachine controller: resolve class and image, schedule, build and apply
-//! the infra machine, mirror its status, move it when the placement requires another
-//! Provider, and delete it explicitly before letting the VM go.
+//! the infra machine (from its class as it is, or as it was when the class keeps its
+//! VMs as they are: see [`plan::class_use`]), mirror its status, move it when the
+//! placement requires another Provider, and delete it explicitly before letting the VM
+//! go.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,12 +27,12 @@ use super::status_write;
 use super::{VIRTUAL_MACHINE_FINALIZER, watch};
 use crate::api::virtual_machine::{MigrationStrategy, PlacementBasis, ScheduledPlacement};
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
-use crate::build::{self, machine_kind};
+use crate::build::{self, ClassRecord, machine_kind};
 use crate::conditions;
 use crate::scheduling::{self, Basis, Decision, Drift, Sibling, Target};
 use crate::status::machine::DELETE_FAILED;
 use crate::status::virtual_machine::{
-    Infra, Input, Migration, PlacementDrift, Scheduling, compute, worth_writing,
+    ClassTrack, Infra, Input, Migration, PlacementDrift, Scheduling, compute, worth_writing,
 };
 use plan::Placement;
 
@@ -165,6 +167,7 @@ struct Outcome<'a> {
     migration: Option<Migration<'a>>,
     waiting: Option<(&'a str, &'a str)>,
     drift: PlacementDrift<'a>,
+    class: ClassTrack<'a>,
 }
 
 async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
@@ -279,6 +282,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                 migration: None,
                 waiting: Some((reason, &message)),
                 drift,
+                class: ClassTrack::NotChecked,
             };
             write_status(vm, ctx, &outcome, existing.first()).await?;
             return Ok(Action::requeue(plan::bootstrap_retry(
@@ -287,10 +291,25 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             )));
         }
     };
+    // The class as it is now, or as the machine was built from it (a class edited
+    // since, whose updatePolicy keeps its VMs as they are).
+    let class_now = ClassRecord::of(&class);
+    let recorded = existing.iter().find(|e| !e.deleting).and_then(|e| {
+        match ClassRecord::read(&e.annotations)? {
+            Ok(record) => Some(record),
+            Err(why) => {
+                // Only a hand edit makes it unreadable: then it is treated as absent
+                // (the machine takes the class as it is) and said in the log.
+                tracing::warn!(vm = %key_of(vm), machine = %e.name, %why, "class record ignored");
+                None
+            }
+        }
+    });
+    let class_use = plan::class_use(&class_now, recorded.as_ref());
     let built = build::infra_machine(
         &build::Input {
             vm,
-            class: &class.spec,
+            class: class_use.spec(&class_now),
             image: image.as_ref(),
             provider,
             target: &target,
@@ -309,11 +328,14 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                 migration: None,
                 waiting: None,
                 drift: PlacementDrift::NotChecked,
+                class: ClassTrack::NotChecked,
             };
             write_status(vm, ctx, &outcome, existing.first()).await?;
             return Ok(Action::await_change());
         }
     };
+    let class_record = class_use.record(&class_now);
+    class_record.write(built.meta_mut());
     if !stale.is_empty() {
         // CopyDisk (a Recreate deleted the stale machines instead).
         let stale: Vec<&Existing> = stale.iter().map(|&i| &existing[i]).collect();
@@ -353,6 +375,7 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
                 migration: None,
                 waiting: Some(("InfraMachineRejected", &message)),
                 drift,
+                class: ClassTrack::NotChecked,
             };
             write_status(vm, ctx, &outcome, current_infra).await?;
             return Ok(Action::requeue(ctx.settings.sync_period));
@@ -378,11 +401,26 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
             .await;
         }
     }
+    let (on_class, message) = class_use.report(&class_now);
+    let (name, generation) = (class_record.name.as_str(), class_record.generation);
     let outcome = Outcome {
         scheduling: Scheduling::Placed(&placement),
         migration: None,
         waiting: None,
         drift,
+        class: if on_class {
+            ClassTrack::Current {
+                name,
+                generation,
+                message: &message,
+            }
+        } else {
+            ClassTrack::Kept {
+                name,
+                generation,
+                message: &message,
+            }
+        },
     };
     if write_status(vm, ctx, &outcome, current_infra).await? {
         ctx.succeeded(&key_of(vm));
@@ -436,6 +474,7 @@ async fn recreate(
         }),
         waiting: None,
         drift: PlacementDrift::NotChecked,
+        class: ClassTrack::NotChecked,
     };
     write_status(vm, ctx, &outcome, None).await?;
     Ok(Action::requeue(plan::RECREATE_RECHECK))
@@ -475,6 +514,7 @@ async fn power_only(
         migration: None,
         waiting: Some((reason, message)),
         drift: PlacementDrift::NotChecked,
+        class: ClassTrack::NotChecked,
     };
     write_status(vm, ctx, &outcome, Some(machine)).await?;
     Ok(Action::requeue(ctx.settings.sync_period))
@@ -504,6 +544,7 @@ async fn unschedulable(
         migration: None,
         waiting: None,
         drift: PlacementDrift::NotChecked,
+        class: ClassTrack::NotChecked,
     };
     write_status(vm, ctx, &outcome, infra).await?;
     Ok(Action::requeue(ctx.backoff(&key_of(vm))))
@@ -740,6 +781,7 @@ async fn report_deleting(
         migration: None,
         waiting: None,
         drift: PlacementDrift::NotChecked,
+        class: ClassTrack::NotChecked,
     };
     write_status(vm, ctx, &outcome, Some(machine))
         .await
@@ -798,6 +840,7 @@ async fn write_status(
         waiting: outcome.waiting,
         deleting: vm.meta().deletion_timestamp.is_some(),
         drift: outcome.drift,
+        class: outcome.class,
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let previous = status_write::known(&ctx.written.virtual_machines, vm, vm.status.as_ref());

@@ -1,6 +1,7 @@
 //! What a VirtualMachine reconcile does, decided from values: the reconciler gathers
 //! the [`Facts`] (caches, the scheduling decision), [`placement`] decides whether the
-//! VM is built, waits, is reported unschedulable or has old machines removed first, and
+//! VM is built, waits, is reported unschedulable or has old machines removed first,
+//! [`class_use`] whether it is built from its class as it is now or as it was, and
 //! [`machine`] decides what becomes of the built infra machine. Writes happen in
 //! between, in the reconciler: the bootstrap Secret it ensures feeds the build.
 
@@ -8,8 +9,8 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 
-use crate::api::Provider;
-use crate::build::machine_kind;
+use crate::api::{ClassUpdatePolicy, Provider, VMClassSpec};
+use crate::build::{ClassRecord, machine_kind};
 use crate::contract::KindTable;
 use crate::controllers::infra::Existing;
 use crate::scheduling::Target;
@@ -224,6 +225,92 @@ pub(crate) fn machine(current: Option<&Existing>, matches: impl Fn(&Existing) ->
         Some(existing) if matches(existing) => Machine::Unchanged,
         Some(_) => Machine::Apply { first: false },
         None => Machine::Apply { first: true },
+    }
+}
+
+/// What a VM's machine is built from: its class as it is now, or as the machine
+/// records it was ([`ClassRecord`]).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum ClassUse {
+    /// The class as it is now; the machine records it. A first build, a VM pointed at
+    /// another class, a class unchanged since the machine was built, a class whose
+    /// `updatePolicy` is `Apply`, or a machine that records no class (built by an older
+    /// banlieue, which always followed the class: it runs on the class as it is).
+    Current,
+    /// The class as the machine records it: the class was edited since, and its
+    /// `updatePolicy` is `Keep`. `changed` names each field that differs.
+    Kept {
+        /// What the machine was built from (and goes on being built from).
+        record: ClassRecord,
+        /// Each differing field, `cpus 2 → 4`.
+        changed: Vec<String>,
+    },
+}
+
+impl ClassUse {
+    /// The class spec to build the machine from.
+    pub(crate) fn spec<'a>(&'a self, now: &'a ClassRecord) -> &'a VMClassSpec {
+        match self {
+            Self::Current => &now.spec,
+            Self::Kept { record, .. } => &record.spec,
+        }
+    }
+
+    /// The record the built machine carries.
+    pub(crate) fn record<'a>(&'a self, now: &'a ClassRecord) -> &'a ClassRecord {
+        match self {
+            Self::Current => now,
+            Self::Kept { record, .. } => record,
+        }
+    }
+
+    /// What the VM says about it (`ClassUpToDate`): `(true, message)` on the class as
+    /// it is, `(false, message)` kept on the class as it was, naming what differs and
+    /// what to do.
+    pub(crate) fn report(&self, now: &ClassRecord) -> (bool, String) {
+        let generation = |g: Option<i64>| g.map(|g| g.to_string()).unwrap_or_else(|| "?".into());
+        match self {
+            Self::Current => (
+                true,
+                format!(
+                    "built from VMClass {} as it is (generation {})",
+                    now.name,
+                    generation(now.generation)
+                ),
+            ),
+            Self::Kept { record, changed } => (
+                false,
+                format!(
+                    "VMClass {} changed since this VM's machine was built (generation {} → {}: {}); \
+                     the VM keeps what it was built with, as the class's updatePolicy is Keep: \
+                     set updatePolicy: Apply on the class to apply the edit to its VMs, or point \
+                     the VM at another class",
+                    now.name,
+                    generation(record.generation),
+                    generation(now.generation),
+                    changed.join(", ")
+                ),
+            ),
+        }
+    }
+}
+
+/// Decides what a VM's machine is built from, given its class as it is now (`now`,
+/// the class `spec.classRef` names) and what the machine it has records (`recorded`;
+/// `None` with no machine, or one that records no class).
+pub(crate) fn class_use(now: &ClassRecord, recorded: Option<&ClassRecord>) -> ClassUse {
+    let Some(recorded) = recorded.filter(|r| r.name == now.name) else {
+        // No machine yet, an old one, or the VM pointed at another class: built from the
+        // class as it is (a change of classRef resizes, by the usual rules).
+        return ClassUse::Current;
+    };
+    let changed = recorded.changed_fields(&now.spec);
+    if changed.is_empty() || now.spec.update_policy == ClassUpdatePolicy::Apply {
+        return ClassUse::Current;
+    }
+    ClassUse::Kept {
+        record: recorded.clone(),
+        changed,
     }
 }
 

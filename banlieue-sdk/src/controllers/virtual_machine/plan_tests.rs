@@ -302,3 +302,113 @@ fn missing_bootstrap_data_is_looked_for_sooner_than_wrong_data() {
     );
     assert_eq!(bootstrap_retry("BootstrapDataInvalid", sync), sync);
 }
+
+mod class_edits {
+    use super::super::*;
+    use crate::api::vm_class::OsDisk;
+
+    fn spec(cpus: u32, policy: ClassUpdatePolicy) -> VMClassSpec {
+        VMClassSpec {
+            cpus,
+            max_cpus: None,
+            cores_per_socket: None,
+            memory_mib: 1024,
+            max_memory_mib: None,
+            firmware: Default::default(),
+            disk: OsDisk {
+                size_gib: 10,
+                provisioning: Default::default(),
+                storage_class: None,
+            },
+            required_features: vec![],
+            update_policy: policy,
+        }
+    }
+
+    fn record(name: &str, generation: i64, cpus: u32, policy: ClassUpdatePolicy) -> ClassRecord {
+        ClassRecord {
+            name: name.into(),
+            generation: Some(generation),
+            spec: spec(cpus, policy),
+        }
+    }
+
+    #[test]
+    fn a_class_edit_reaches_the_machine_only_when_the_class_says_so() {
+        use ClassUpdatePolicy::*;
+        // (the class now, what the machine records, kept (else current))
+        type Case = (ClassRecord, Option<ClassRecord>, bool, &'static str);
+        let cases: Vec<Case> = vec![
+            (record("small", 1, 2, Keep), None, false, "no machine yet"),
+            (
+                record("small", 1, 2, Keep),
+                Some(record("small", 1, 2, Keep)),
+                false,
+                "unchanged",
+            ),
+            (
+                record("small", 2, 4, Keep),
+                Some(record("small", 1, 2, Keep)),
+                true,
+                "edited, Keep: the machine keeps what it was built with",
+            ),
+            (
+                record("small", 2, 4, Apply),
+                Some(record("small", 1, 2, Keep)),
+                false,
+                "edited, Apply: the edit flows",
+            ),
+            (
+                record("large", 1, 4, Keep),
+                Some(record("small", 1, 2, Keep)),
+                false,
+                "the VM pointed at another class: it takes it",
+            ),
+            (
+                record("small", 3, 2, Keep),
+                Some(record("small", 1, 2, Apply)),
+                false,
+                "only the policy changed: nothing to keep",
+            ),
+            (
+                record("small", 4, 2, Keep),
+                Some(record("small", 2, 4, Keep)),
+                true,
+                "edited back and forth: what differs from the record",
+            ),
+        ];
+        for (now, recorded, kept, why) in cases {
+            let decided = class_use(&now, recorded.as_ref());
+            assert_eq!(matches!(decided, ClassUse::Kept { .. }), kept, "{why}");
+            let (built, on_class) = (decided.spec(&now), decided.report(&now).0);
+            assert_eq!(on_class, !kept, "{why}");
+            if kept {
+                let recorded = recorded.unwrap();
+                assert_eq!(built, &recorded.spec, "{why}");
+                assert_eq!(decided.record(&now), &recorded, "the record stays: {why}");
+            } else {
+                assert_eq!(built, &now.spec, "{why}");
+                assert_eq!(decided.record(&now), &now, "{why}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_kept_class_says_what_moved_and_what_to_do() {
+        use ClassUpdatePolicy::*;
+        let now = record("small", 3, 4, Keep);
+        let decided = class_use(&now, Some(&record("small", 1, 2, Keep)));
+        let (current, message) = decided.report(&now);
+        assert!(!current);
+        assert_eq!(
+            message,
+            "VMClass small changed since this VM's machine was built (generation 1 → 3: \
+             cpus 2 → 4); the VM keeps what it was built with, as the class's updatePolicy \
+             is Keep: set updatePolicy: Apply on the class to apply the edit to its VMs, or \
+             point the VM at another class"
+        );
+        let (current, message) = ClassUse::Current.report(&now);
+        assert!(current);
+        assert_eq!(message, "built from VMClass small as it is (generation 3)");
+    }
+}

@@ -27,7 +27,7 @@ use crate::contract::InfraMachine;
 use crate::controllers::backends::Instrumented;
 use crate::controllers::context::{Context, key_of};
 use crate::controllers::infra::{self, Existing};
-use crate::status::virtual_machine::{Migration, PlacementDrift, Scheduling};
+use crate::status::virtual_machine::{ClassTrack, Migration, PlacementDrift, Scheduling};
 use plan::{Facts, Step, Transfer};
 
 /// Annotation on a move's source machine: `<VM generation>:<why>` of the copy that
@@ -460,6 +460,7 @@ async fn write(
         }),
         waiting: None,
         drift: PlacementDrift::NotChecked,
+        class: ClassTrack::NotChecked,
     };
     write_status(vm, ctx, &outcome, infra).await.map(drop)
 }
@@ -494,6 +495,7 @@ async fn refuse(
         }),
         waiting: None,
         drift: PlacementDrift::NotChecked,
+        class: ClassTrack::NotChecked,
     };
     let refused_before = vm.status.as_ref().is_some_and(|s| {
         conditions::get(&s.conditions, "Migrating")
@@ -544,6 +546,7 @@ async fn unreachable(
         }),
         waiting: None,
         drift: PlacementDrift::NotChecked,
+        class: ClassTrack::NotChecked,
     };
     let said_before = vm.status.as_ref().is_some_and(|s| {
         conditions::get(&s.conditions, "Migrating")
