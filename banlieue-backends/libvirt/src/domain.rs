@@ -167,8 +167,12 @@ pub fn interface_xml(nic: &LibvirtNetworkInterface, mac: &str) -> String {
             escape(network.as_deref().unwrap_or("default"))
         ),
     };
+    let mtu = nic
+        .mtu
+        .map(|size| format!("      <mtu size='{size}'/>\n"))
+        .unwrap_or_default();
     format!(
-        "    <interface {source}\n      <mac address='{}'/>\n      <model type='virtio'/>\n    </interface>\n",
+        "    <interface {source}\n      <mac address='{}'/>\n      <model type='virtio'/>\n{mtu}    </interface>\n",
         escape(mac)
     )
 }

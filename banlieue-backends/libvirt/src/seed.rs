@@ -56,7 +56,7 @@ pub fn network_config(uid: &str, spec: &LibvirtMachineSpec) -> String {
         .network
         .iter()
         .zip(macs(uid, spec))
-        .map(|(nic, mac)| banlieue_kit::nocloud::interface(&mac, None, &nic.ipam))
+        .map(|(nic, mac)| banlieue_kit::nocloud::interface(&mac, nic.mtu, &nic.ipam))
         .collect();
     banlieue_nocloud::network_config(&interfaces)
 }

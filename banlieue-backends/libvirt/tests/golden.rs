@@ -75,12 +75,14 @@ fn spec() -> LibvirtMachineSpec {
                 network: Some("default".into()),
                 bridge: None,
                 mac_address: None,
+                mtu: None,
                 ipam: Ipam::default(),
             },
             LibvirtNetworkInterface {
                 network: None,
                 bridge: Some("br0".into()),
                 mac_address: Some("52:54:00:AA:BB:CC".into()),
+                mtu: Some(9000),
                 ipam: Ipam {
                     mode: IpamMode::Static,
                     addresses: vec!["10.0.0.5/24".into()],

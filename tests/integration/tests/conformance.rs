@@ -170,6 +170,8 @@ impl Target for VSphereOnVcsim {
         let spec = serde_json::from_value(json!({
             "template": self.sim.ready.template, "datacenter": "DC0", "cluster": "DC0_C0",
             "datastore": "LocalDS_0", "numCPUs": 2, "numCoresPerSocket": 1, "memoryMiB": 1024,
+            // Hot-add: CPUs and memory grow live within these; they shrink while off.
+            "maxCPUs": 4, "maxMemoryMiB": 4096,
             "additionalDisks": [{"name": "data", "sizeGiB": 1}],
             "network": [{"networkName": "VM Network"}], "powerState": "PoweredOn",
         }))
@@ -312,7 +314,7 @@ impl Target for LibvirtOnQemu {
             "image": {"volume": {"pool": POOL, "name": IMAGE_VOLUME}},
             "storagePool": POOL, "cpus": 1, "maxCPUs": 3, "memoryMiB": 256, "maxMemoryMiB": 1024,
             "firmware": "bios", "additionalDisks": [{"name": "data", "sizeGiB": 1}],
-            "network": [{"network": NETWORK}], "powerState": "PoweredOn",
+            "network": [{"network": NETWORK, "mtu": 1400}], "powerState": "PoweredOn",
         }))
         .expect("a valid LibvirtMachine spec");
         request(identity, MachineSpec::Libvirt(spec), None)

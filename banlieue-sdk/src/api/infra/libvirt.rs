@@ -113,6 +113,11 @@ pub struct LibvirtNetworkInterface {
     #[x_kube(validation = Rule::new(crate::api::common::MAC_UNICAST).message(crate::api::common::MAC_UNICAST_MSG))]
     #[schemars(length(max = 17))]
     pub mac_address: Option<String>,
+    /// MTU: set on the interface (`<mtu size>`, the host side of a virtio NIC) and in the
+    /// guest's NoCloud network config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 576, max = 65520))]
+    pub mtu: Option<u32>,
     /// Address assignment, written into the NoCloud network config.
     #[serde(default)]
     pub ipam: Ipam,

@@ -39,6 +39,7 @@ impl MachineKind for LibvirtMachine {
                             },
                             bridge,
                             mac_address: n.mac_address.clone(),
+                            mtu: n.mtu,
                             ipam: n.ipam.clone(),
                         }
                     })
