@@ -600,6 +600,25 @@ fn cases() -> Vec<Case> {
             ),
             "maxMemoryMiB must be at least memoryMiB",
         ),
+        reject(
+            "cloud-hypervisor data disk on a storage other than local",
+            with(
+                ch_machine(),
+                "/spec/additionalDisks",
+                json!([{"name": "data", "sizeGiB": 1, "storage": "fast-nvme"}]),
+            ),
+            "leave storage unset or set it to local",
+        ),
+        reject(
+            "cloud-hypervisor template's data disk on a storage other than local",
+            json!({
+                "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "CloudHypervisorMachineTemplate",
+                "metadata": {"name": "t"},
+                "spec": {"template": {"spec": with(ch_machine(), "/spec/additionalDisks",
+                    json!([{"name": "data", "sizeGiB": 1, "storage": "fast-nvme"}]))["spec"].clone()}}
+            }),
+            "leave storage unset or set it to local",
+        ),
         // Infrastructure clusters and templates
         reject(
             "cluster with refs and selector",
@@ -712,6 +731,14 @@ async fn the_base_objects_are_valid() {
         libvirt_machine(),
         ch_machine(),
         with(ch_machine(), "/spec/maxMemoryMiB", json!(1024)),
+        // Every provisioning, and the host's one storage named.
+        with(
+            ch_machine(),
+            "/spec/additionalDisks",
+            json!([{"name": "a", "sizeGiB": 1, "provisioning": "thin", "storage": "local"},
+                   {"name": "b", "sizeGiB": 1, "provisioning": "thick"},
+                   {"name": "c", "sizeGiB": 1, "provisioning": "eagerZeroed"}]),
+        ),
         cluster("VSphereCluster"),
         cluster("ProxmoxCluster"),
         cluster("LibvirtCluster"),

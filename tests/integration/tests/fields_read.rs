@@ -61,16 +61,6 @@ const NOT_READ: &[(&str, &str, &str)] = &[
         "additionalDisks[].provisioning",
         "not honoured yet: PVE's storage decides (issue 38)",
     ),
-    (
-        "CloudHypervisorMachine",
-        "additionalDisks[].provisioning",
-        "not honoured yet: data disk files are made sparse (issue 38)",
-    ),
-    (
-        "CloudHypervisorMachine",
-        "additionalDisks[].storage",
-        "not honoured yet: data disk files go to the machine's own directory (issue 38)",
-    ),
 ];
 
 const CAPI_ENDPOINT: &str = "Cluster API's contract field: the control plane provider sets it and Cluster API reads it; banlieue only carries it";
