@@ -209,7 +209,11 @@ fn grow_imported(spec: &CloudHypervisorMachineSpec, partial: &Path) -> Result<()
 /// as zeros), `eagerZeroed` writes zeros over it. Only for a disk no guest sees
 /// (made, or grown while off): zeros written under a running guest would race its
 /// writes — see [`allocate_grown`] for a disk grown live.
-pub(crate) fn grow(path: &Path, bytes: u64, provisioning: DiskProvisioning) -> Result<(), BackendError> {
+pub(crate) fn grow(
+    path: &Path,
+    bytes: u64,
+    provisioning: DiskProvisioning,
+) -> Result<(), BackendError> {
     let file = std::fs::OpenOptions::new()
         .write(true)
         .open(path)

@@ -601,6 +601,15 @@ fn cases() -> Vec<Case> {
             "maxMemoryMiB must be at least memoryMiB",
         ),
         reject(
+            "vsphere linked clone with a thick OS disk",
+            with(
+                with(vsphere_machine(), "/spec/cloneMode", json!("LinkedClone")),
+                "/spec/diskProvisioning",
+                json!("eagerZeroed"),
+            ),
+            "a LinkedClone's disk is a thin delta",
+        ),
+        reject(
             "cloud-hypervisor data disk on a storage other than local",
             with(
                 ch_machine(),
@@ -731,6 +740,12 @@ async fn the_base_objects_are_valid() {
         libvirt_machine(),
         ch_machine(),
         with(ch_machine(), "/spec/maxMemoryMiB", json!(1024)),
+        with(vsphere_machine(), "/spec/cloneMode", json!("LinkedClone")),
+        with(
+            vsphere_machine(),
+            "/spec/diskProvisioning",
+            json!("eagerZeroed"),
+        ),
         // Every provisioning, and the host's one storage named.
         with(
             ch_machine(),

@@ -424,12 +424,14 @@ async fn data_disks_are_provisioned_as_asked_and_other_storage_is_refused() {
     spec.additional_disks = ["thin", "thick", "eager"]
         .iter()
         .zip([P::Thin, P::Thick, P::EagerZeroed])
-        .map(|(name, provisioning)| banlieue_sdk::api::infra::MachineDisk {
-            name: (*name).into(),
-            size_gib: 1,
-            storage: (*name == "thick").then(|| "local".into()),
-            provisioning,
-        })
+        .map(
+            |(name, provisioning)| banlieue_sdk::api::infra::MachineDisk {
+                name: (*name).into(),
+                size_gib: 1,
+                storage: (*name == "thick").then(|| "local".into()),
+                provisioning,
+            },
+        )
         .collect();
     settle(&backend, &req, PowerState::PoweredOn).await.unwrap();
     let dir = rig.machine_dir(uid);

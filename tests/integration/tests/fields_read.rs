@@ -52,11 +52,6 @@ const NOT_READ: &[(&str, &str, &str)] = &[
         "not honoured yet: never checked against the Provider's hosts (issue 38)",
     ),
     (
-        "VSphereMachine",
-        "diskProvisioning",
-        "not honoured yet: the clone keeps the template's provisioning (issue 38)",
-    ),
-    (
         "ProxmoxMachine",
         "additionalDisks[].provisioning",
         "not honoured yet: PVE's storage decides (issue 38)",
