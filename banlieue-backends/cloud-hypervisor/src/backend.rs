@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use banlieue_sdk::api::common::PowerState;
+use banlieue_sdk::api::common::{DiskProvisioning, PowerState};
 use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
 use banlieue_sdk::api::resources::MachineField;
 use banlieue_sdk::async_trait;
@@ -839,6 +839,11 @@ impl Backend for ChBackend {
                 }
                 if fields.contains(&MachineField::DataDiskSize) {
                     for (name, body) in changes::resize_disk_bodies(spec, &record, &running) {
+                        let had = running
+                            .data_disks
+                            .iter()
+                            .find(|d| d.name == name)
+                            .map_or(0, |d| u64::from(d.size_gib) << 30);
                         info!(uid = %record.uid, disk = %name, %body, "vm.resize-disk");
                         client
                             .put("vm.resize-disk", Some(&body))
@@ -850,6 +855,18 @@ impl Backend for ChBackend {
                                     ..e
                                 }
                             })?;
+                        // The guest sees the new size now; its grown range is allocated
+                        // as the disk's provisioning asks (see allocate_grown).
+                        let index = record.disk_names.iter().position(|n| *n == name);
+                        if let (Some(index), Some(bytes)) = (index, body["desired_size"].as_u64()) {
+                            prepare::allocate_grown(
+                                &dir.path().join(crate::config::data_disk_name(index)),
+                                had,
+                                bytes,
+                                provisioning_of(spec, &name),
+                            )
+                            .map_err(named)?;
+                        }
                     }
                 }
             }
@@ -870,7 +887,7 @@ impl Backend for ChBackend {
                         continue;
                     };
                     let path = dir.path().join(crate::config::data_disk_name(index));
-                    prepare::grow(&path, bytes).map_err(named)?;
+                    prepare::grow(&path, bytes, provisioning_of(spec, &name)).map_err(named)?;
                 }
             }
             _ => {}
@@ -902,6 +919,15 @@ impl Backend for ChBackend {
 pub fn inspect(state_dir: &Path, uid: &str) -> Result<Option<(PathBuf, Record)>, BackendError> {
     let dir = VmDir::new(state_dir, uid)?;
     Ok(dir.load()?.map(|r| (dir.path().to_owned(), r)))
+}
+
+/// The provisioning the spec asks for the additional disk `name` (thin when the
+/// spec no longer lists it: nothing is grown for a disk it does not ask).
+fn provisioning_of(spec: &CloudHypervisorMachineSpec, name: &str) -> DiskProvisioning {
+    spec.additional_disks
+        .iter()
+        .find(|d| d.name == name)
+        .map_or(DiskProvisioning::Thin, |d| d.provisioning)
 }
 
 #[cfg(test)]

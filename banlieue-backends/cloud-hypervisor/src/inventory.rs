@@ -61,7 +61,10 @@ pub fn failure_domain(name: &str, state_dir: &Path) -> FailureDomainInventory {
     ]);
     let mut resources = BTreeMap::from([
         ("bridge".to_owned(), bridges()),
-        ("storage".to_owned(), BTreeSet::from(["local".to_owned()])),
+        (
+            "storage".to_owned(),
+            BTreeSet::from([crate::prepare::LOCAL_STORAGE.to_owned()]),
+        ),
         // An unbridged tap is always possible (routed or host-only setups).
         ("network".to_owned(), BTreeSet::from(["tap".to_owned()])),
     ]);

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use banlieue_sdk::api::common::PowerState;
+use banlieue_sdk::api::common::{DiskProvisioning, PowerState};
 use banlieue_sdk::api::infra::cloud_hypervisor::CloudHypervisorMachineSpec;
 use banlieue_sdk::api::vm_image::DiskFormat;
 use banlieue_sdk::backend::{BackendError, MachineRequest};
@@ -17,6 +17,9 @@ use crate::disks::import;
 use crate::qcow2;
 use crate::seed;
 use crate::state::{self, Intent, Record, VmDir};
+
+/// The host's one storage, as the inventory names it: the state directory.
+pub(crate) const LOCAL_STORAGE: &str = "local";
 
 fn io(what: &str, path: &Path, e: std::io::Error) -> BackendError {
     BackendError::transient("HostIOError", format!("{what} {}: {e}", path.display()))
@@ -31,6 +34,22 @@ pub async fn prepare(
     qcow2_overlay: bool,
 ) -> Result<Record, BackendError> {
     let identity = &request.identity;
+    // Admission refuses any other storage; an object made before that rule is
+    // refused here, before anything is written, rather than put elsewhere silently.
+    if let Some(disk) = spec
+        .additional_disks
+        .iter()
+        .find(|d| d.storage.as_deref().is_some_and(|s| s != LOCAL_STORAGE))
+    {
+        return Err(BackendError::terminal(
+            "StorageUnsupported",
+            format!(
+                "additionalDisks {}: storage {:?}: Cloud Hypervisor keeps data disks in the machine's directory on the host's one storage, {LOCAL_STORAGE}",
+                disk.name,
+                disk.storage.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
     // Checked before anything is written: a missing disk leaves no trace.
     let imported = if request.disks_imported {
         Some(import::check(dir, spec)?)
@@ -153,14 +172,14 @@ async fn from_image(
             .await
             .map_err(|e| io("copying the image to", &os_disk, e))?;
         if spec.image.format == DiskFormat::Raw && want > 0 {
-            grow(&os_disk, want)?;
+            // The OS disk has no provisioning field: CH's copies are sparse (thin).
+            grow(&os_disk, want, DiskProvisioning::Thin)?;
         }
     }
     for (i, disk) in spec.additional_disks.iter().enumerate() {
         let path = partial.join(config::data_disk_name(i));
-        let file = std::fs::File::create(&path).map_err(|e| io("creating", &path, e))?;
-        file.set_len(u64::from(disk.size_gib) << 30)
-            .map_err(|e| io("sizing", &path, e))?;
+        std::fs::File::create(&path).map_err(|e| io("creating", &path, e))?;
+        grow(&path, u64::from(disk.size_gib) << 30, disk.provisioning)?;
     }
     Ok(os)
 }
@@ -168,18 +187,33 @@ async fn from_image(
 /// Imported disks grow to the sizes the spec asks for, as disks from the image do.
 fn grow_imported(spec: &CloudHypervisorMachineSpec, partial: &Path) -> Result<(), BackendError> {
     let os = partial.join(config::os_disk_name(OsDisk::imported().format));
-    grow(&os, spec.disk_gib.map_or(0, |gib| u64::from(gib) << 30))?;
+    grow(
+        &os,
+        spec.disk_gib.map_or(0, |gib| u64::from(gib) << 30),
+        DiskProvisioning::Thin,
+    )?;
     for (i, disk) in spec.additional_disks.iter().enumerate() {
+        // What the import brought keeps its blocks; the part grown is provisioned
+        // as the spec asks.
         grow(
             &partial.join(config::data_disk_name(i)),
             u64::from(disk.size_gib) << 30,
+            disk.provisioning,
         )?;
     }
     Ok(())
 }
 
-/// Grows a raw disk to `bytes` (sparse); never shrinks it.
-pub(crate) fn grow(path: &Path, bytes: u64) -> Result<(), BackendError> {
+/// Grows a raw disk to `bytes`, never shrinking it, and provisions the part grown:
+/// `thin` leaves it a hole (sparse), `thick` allocates it (`fallocate`, which reads
+/// as zeros), `eagerZeroed` writes zeros over it. Only for a disk no guest sees
+/// (made, or grown while off): zeros written under a running guest would race its
+/// writes — see [`allocate_grown`] for a disk grown live.
+pub(crate) fn grow(
+    path: &Path,
+    bytes: u64,
+    provisioning: DiskProvisioning,
+) -> Result<(), BackendError> {
     let file = std::fs::OpenOptions::new()
         .write(true)
         .open(path)
@@ -187,8 +221,58 @@ pub(crate) fn grow(path: &Path, bytes: u64) -> Result<(), BackendError> {
     let len = file.metadata().map_err(|e| io("reading", path, e))?.len();
     if bytes > len {
         file.set_len(bytes).map_err(|e| io("growing", path, e))?;
+        provision(&file, len, bytes, provisioning).map_err(|e| io("provisioning", path, e))?;
     }
     Ok(())
+}
+
+/// Allocates `from..to` of a disk a running guest has just been shown larger
+/// (`vm.resize-disk`), for `thick` and `eagerZeroed`. `fallocate` never changes
+/// what the guest may already have written there, so it is safe live; writing
+/// zeros is not, so a live-grown `eagerZeroed` range is allocated (reads as zeros)
+/// but not zero-written — the same blocks, minus the first-write conversion cost.
+pub(crate) fn allocate_grown(
+    path: &Path,
+    from: u64,
+    to: u64,
+    provisioning: DiskProvisioning,
+) -> Result<(), BackendError> {
+    if provisioning == DiskProvisioning::Thin || to <= from {
+        return Ok(());
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| io("opening", path, e))?;
+    provision(&file, from, to, DiskProvisioning::Thick).map_err(|e| io("allocating", path, e))
+}
+
+/// Provisions `from..to` of `file` (already that long).
+fn provision(
+    file: &std::fs::File,
+    from: u64,
+    to: u64,
+    provisioning: DiskProvisioning,
+) -> std::io::Result<()> {
+    match provisioning {
+        DiskProvisioning::Thin => Ok(()),
+        DiskProvisioning::Thick => {
+            rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), from, to - from)
+                .map_err(std::io::Error::from)
+        }
+        DiskProvisioning::EagerZeroed => {
+            use std::os::unix::fs::FileExt;
+            const CHUNK: u64 = 1 << 20;
+            let zeros = vec![0u8; CHUNK as usize];
+            let mut at = from;
+            while at < to {
+                let n = CHUNK.min(to - at);
+                file.write_all_at(&zeros[..n as usize], at)?;
+                at += n;
+            }
+            file.sync_data()
+        }
+    }
 }
 
 /// Puts each interface's tap into its bridge (`ip link set <tap> master <bridge> up`);

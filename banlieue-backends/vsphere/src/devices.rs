@@ -12,7 +12,7 @@ use banlieue_sdk::api::common::DiskProvisioning;
 use banlieue_sdk::api::infra::MachineDisk;
 use banlieue_sdk::backend::BackendError;
 
-use crate::client::methods::DeviceChange;
+use crate::client::methods::{DeviceChange, DiskLocator};
 use crate::client::{DatastorePath, Element, MoRef};
 
 /// Where a network device should be connected.
@@ -385,6 +385,38 @@ pub fn os_disk_index(
         .filter(|(_, d)| !added.contains_key(&d.location))
         .min_by_key(|(_, d)| order(&d.location))
         .map(|(i, _)| i)
+}
+
+/// The disk locator that provisions a full clone's copy of the template's OS disk as
+/// asked (thin → `thinProvisioned`; thick → neither; eagerZeroed → `eagerlyScrub`),
+/// on `datastore` when the clone is placed on one, else on the disk's own. None when
+/// the template has no disk (nothing to provision); an error when its disk names no
+/// datastore (the locator needs one, and leaving it out would ignore the ask).
+pub fn os_disk_locator(
+    devices: &[Element],
+    provisioning: DiskProvisioning,
+    datastore: Option<&MoRef>,
+) -> Result<Option<DiskLocator>, BackendError> {
+    let disks = virtual_disks(devices);
+    let Some(index) = os_disk_index(&disks, &Default::default()) else {
+        return Ok(None);
+    };
+    let os = &disks[index];
+    let datastore = datastore.or(os.datastore.as_ref()).ok_or_else(|| {
+        BackendError::terminal(
+            "TemplateDiskWithoutDatastore",
+            format!(
+                "the template's OS disk {} names no datastore: diskProvisioning cannot be applied to its copy",
+                os.key
+            ),
+        )
+    })?;
+    Ok(Some(DiskLocator {
+        disk_id: os.key.clone(),
+        datastore: datastore.clone(),
+        thin_provisioned: provisioning == DiskProvisioning::Thin,
+        eagerly_scrub: provisioning == DiskProvisioning::EagerZeroed,
+    }))
 }
 
 /// The type of the first SCSI controller, e.g. `ParaVirtualSCSIController`.

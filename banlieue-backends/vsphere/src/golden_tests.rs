@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use banlieue_sdk::api::common::{BootstrapFormat, PowerState};
+use banlieue_sdk::api::common::{BootstrapFormat, DiskProvisioning, PowerState};
 use banlieue_sdk::backend::{BootstrapData, MachineIdentity, SecretValue};
 
 use crate::backend::{VM_PATHS, Vm};
@@ -74,6 +74,50 @@ fn clone_spec(snapshot: bool) -> CloneSpec {
         power_on: false,
         snapshot: snapshot.then(|| MoRef::new("VirtualMachineSnapshot", "@SNAPSHOT@")),
     }
+}
+
+/// A full clone whose OS disk copy is provisioned as `provisioning` asks, from the
+/// template's devices as vcsim reports them.
+fn full_clone_with(provisioning: DiskProvisioning) -> CloneSpec {
+    let Answer::Response(r) = response("template_devices") else {
+        panic!("fault")
+    };
+    let (objects, _) = methods::decode_retrieve_result(&r);
+    let devices = devices::devices(objects[0].prop("config.hardware.device").unwrap());
+    let mut spec = clone_spec(false);
+    spec.location.disks =
+        devices::os_disk_locator(&devices, provisioning, spec.location.datastore.as_ref())
+            .unwrap()
+            .into_iter()
+            .collect();
+    spec
+}
+
+#[test]
+fn the_os_disk_locator_carries_the_provisioning_asked() {
+    for (asked, thin, eager) in [
+        (DiskProvisioning::Thin, true, false),
+        (DiskProvisioning::Thick, false, false),
+        (DiskProvisioning::EagerZeroed, false, true),
+    ] {
+        let disks = full_clone_with(asked).location.disks;
+        assert_eq!(disks.len(), 1, "{asked:?}: the OS disk");
+        let d = &disks[0];
+        assert_eq!(
+            (d.thin_provisioned, d.eagerly_scrub),
+            (thin, eager),
+            "{asked:?}"
+        );
+        assert_eq!(d.datastore, MoRef::new("Datastore", "datastore-39"));
+        assert!(!d.disk_id.is_empty());
+    }
+    // No datastore known for the copy: refused, not sent without the ask.
+    let e = devices::os_disk_locator(
+        &devices::devices(&crate::client::Element::default()),
+        DiskProvisioning::Thick,
+        None,
+    );
+    assert!(matches!(e, Ok(None)), "no disk, nothing to provision");
 }
 
 /// A reconfigure with every device change banlieue makes, from the template's
@@ -220,6 +264,15 @@ fn requests() -> Vec<(&'static str, String)> {
                 &MoRef::new("Folder", "group-2"),
                 "golden-1",
                 &clone_spec(true),
+            ),
+        ),
+        (
+            "08b_clone_full_eager_zeroed",
+            methods::clone_vm_task(
+                &template(),
+                &MoRef::new("Folder", "group-2"),
+                "golden-1",
+                &full_clone_with(DiskProvisioning::EagerZeroed),
             ),
         ),
         (

@@ -620,6 +620,34 @@ fn cases() -> Vec<Case> {
             ),
             "maxMemoryMiB must be at least memoryMiB",
         ),
+        reject(
+            "vsphere linked clone with a thick OS disk",
+            with(
+                with(vsphere_machine(), "/spec/cloneMode", json!("LinkedClone")),
+                "/spec/diskProvisioning",
+                json!("eagerZeroed"),
+            ),
+            "a LinkedClone's disk is a thin delta",
+        ),
+        reject(
+            "cloud-hypervisor data disk on a storage other than local",
+            with(
+                ch_machine(),
+                "/spec/additionalDisks",
+                json!([{"name": "data", "sizeGiB": 1, "storage": "fast-nvme"}]),
+            ),
+            "leave storage unset or set it to local",
+        ),
+        reject(
+            "cloud-hypervisor template's data disk on a storage other than local",
+            json!({
+                "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "CloudHypervisorMachineTemplate",
+                "metadata": {"name": "t"},
+                "spec": {"template": {"spec": with(ch_machine(), "/spec/additionalDisks",
+                    json!([{"name": "data", "sizeGiB": 1, "storage": "fast-nvme"}]))["spec"].clone()}}
+            }),
+            "leave storage unset or set it to local",
+        ),
         // Infrastructure clusters and templates
         reject(
             "cluster with refs and selector",
@@ -741,6 +769,20 @@ async fn the_base_objects_are_valid() {
             with(vsphere_machine(), "/spec/maxCPUs", json!(2)),
             "/spec/maxMemoryMiB",
             json!(4096),
+        ),
+        with(vsphere_machine(), "/spec/cloneMode", json!("LinkedClone")),
+        with(
+            vsphere_machine(),
+            "/spec/diskProvisioning",
+            json!("eagerZeroed"),
+        ),
+        // Every provisioning, and the host's one storage named.
+        with(
+            ch_machine(),
+            "/spec/additionalDisks",
+            json!([{"name": "a", "sizeGiB": 1, "provisioning": "thin", "storage": "local"},
+                   {"name": "b", "sizeGiB": 1, "provisioning": "thick"},
+                   {"name": "c", "sizeGiB": 1, "provisioning": "eagerZeroed"}]),
         ),
         cluster("VSphereCluster"),
         cluster("ProxmoxCluster"),

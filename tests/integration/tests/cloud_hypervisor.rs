@@ -404,6 +404,89 @@ async fn changes_that_wait_for_the_next_boot_remake_the_vm_in_a_vmm_that_stayed(
     rig.assert_conformant();
 }
 
+/// Bytes a file has allocated on the host (its blocks, 512 bytes each).
+fn allocated(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_disks_are_provisioned_as_asked_and_other_storage_is_refused() {
+    use banlieue_sdk::api::common::DiskProvisioning as P;
+    use banlieue_sdk::api::resources::MachineField as F;
+    let rig = ChRig::new(FAKE, Guest::Exit);
+    let backend = backend(&rig, &[]);
+    let uid = "0c0ffee0-0000-4000-8000-000000000061";
+    let mut req = request(&rig, uid, "PoweredOn", None);
+    let MachineSpec::CloudHypervisor(spec) = &mut req.spec else {
+        unreachable!()
+    };
+    spec.additional_disks = ["thin", "thick", "eager"]
+        .iter()
+        .zip([P::Thin, P::Thick, P::EagerZeroed])
+        .map(
+            |(name, provisioning)| banlieue_sdk::api::infra::MachineDisk {
+                name: (*name).into(),
+                size_gib: 1,
+                storage: (*name == "thick").then(|| "local".into()),
+                provisioning,
+            },
+        )
+        .collect();
+    settle(&backend, &req, PowerState::PoweredOn).await.unwrap();
+    let dir = rig.machine_dir(uid);
+    let sizes: Vec<u64> = (0..3)
+        .map(|i| allocated(&dir.join(format!("data-{i}.raw"))))
+        .collect();
+    println!("allocated bytes, thin/thick/eagerZeroed 1 GiB: {sizes:?}");
+    assert!(sizes[0] < 1 << 20, "thin is sparse: {sizes:?}");
+    assert!(sizes[1] >= 1 << 30, "thick is allocated: {sizes:?}");
+    assert!(sizes[2] >= 1 << 30, "eagerZeroed is written: {sizes:?}");
+
+    // Grown while running: the new range of the thick disk is allocated too, the
+    // thin one stays sparse.
+    let MachineSpec::CloudHypervisor(spec) = &mut req.spec else {
+        unreachable!()
+    };
+    spec.additional_disks[0].size_gib = 2;
+    spec.additional_disks[1].size_gib = 2;
+    let obs = backend
+        .apply_changes(&req, &[F::DataDiskSize])
+        .await
+        .unwrap();
+    let r = obs.resources.unwrap();
+    let mut grown: Vec<_> = r
+        .data_disks
+        .iter()
+        .map(|d| (d.name.as_str(), d.size_gib))
+        .collect();
+    grown.sort();
+    assert_eq!(grown, [("eager", 1), ("thick", 2), ("thin", 2)]);
+    let (thin, thick) = (
+        allocated(&dir.join("data-0.raw")),
+        allocated(&dir.join("data-1.raw")),
+    );
+    println!("after a live grow to 2 GiB: thin {thin}, thick {thick}");
+    assert!(thin < 1 << 20 && thick >= 2 << 30, "{thin} {thick}");
+    assert_eq!(backend.delete(&req.identity).await.unwrap(), Deletion::Gone);
+
+    // Storage other than the host's one is refused before anything is made (admission
+    // refuses it first; this is an object made before that rule).
+    let uid2 = "0c0ffee0-0000-4000-8000-000000000062";
+    let mut elsewhere = request(&rig, uid2, "PoweredOn", None);
+    let MachineSpec::CloudHypervisor(spec) = &mut elsewhere.spec else {
+        unreachable!()
+    };
+    spec.additional_disks[0].storage = Some("fast-nvme".into());
+    let e = backend.ensure(&elsewhere).await.unwrap_err();
+    println!("{}: {}", e.reason, e.message);
+    assert_eq!(e.reason, "StorageUnsupported");
+    assert!(!e.is_transient());
+    assert!(e.message.contains("fast-nvme"), "{}", e.message);
+    assert!(!rig.machine_dir(uid2).exists(), "nothing made");
+    rig.assert_conformant();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_qcow2_image_becomes_an_overlay_the_vmm_is_told_to_follow() {
     let rig = ChRig::new(FAKE, Guest::Exit);

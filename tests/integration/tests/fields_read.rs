@@ -52,24 +52,9 @@ const NOT_READ: &[(&str, &str, &str)] = &[
         "not honoured yet: never checked against the Provider's hosts (issue 38)",
     ),
     (
-        "VSphereMachine",
-        "diskProvisioning",
-        "not honoured yet: the clone keeps the template's provisioning (issue 38)",
-    ),
-    (
         "ProxmoxMachine",
         "additionalDisks[].provisioning",
         "not honoured yet: PVE's storage decides (issue 38)",
-    ),
-    (
-        "CloudHypervisorMachine",
-        "additionalDisks[].provisioning",
-        "not honoured yet: data disk files are made sparse (issue 38)",
-    ),
-    (
-        "CloudHypervisorMachine",
-        "additionalDisks[].storage",
-        "not honoured yet: data disk files go to the machine's own directory (issue 38)",
     ),
 ];
 

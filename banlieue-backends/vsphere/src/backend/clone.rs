@@ -240,7 +240,8 @@ impl VSphereBackend {
         if linked {
             paths.push("snapshot.currentSnapshot");
         }
-        if !spec.network.is_empty() {
+        // A full clone's OS disk copy is provisioned as asked: its key and datastore.
+        if !spec.network.is_empty() || !linked {
             paths.push("config.hardware.device");
         }
         let read = if paths.is_empty() {
@@ -278,11 +279,31 @@ impl VSphereBackend {
             (None, None)
         };
         let fd = place.failure_domain.clone();
+        let datastore = place.datastore.map(|(_, ds)| ds);
+        // A linked clone's disk is a delta on the template's (admission allows only
+        // thin there); a full clone's OS disk copy gets the provisioning asked.
+        let disks = if linked {
+            Vec::new()
+        } else {
+            let template_devices = read
+                .as_ref()
+                .and_then(|o| o.prop("config.hardware.device"))
+                .map(devices::devices)
+                .unwrap_or_default();
+            devices::os_disk_locator(
+                &template_devices,
+                spec.disk_provisioning,
+                datastore.as_ref(),
+            )?
+            .into_iter()
+            .collect()
+        };
         let clone = CloneSpec {
             location: RelocateSpec {
-                datastore: place.datastore.map(|(_, ds)| ds),
+                datastore,
                 disk_move_type,
                 pool: Some(place.pool),
+                disks,
                 ..Default::default()
             },
             template: false,

@@ -376,6 +376,23 @@ pub struct RelocateSpec {
     pub pool: Option<MoRef>,
     /// Host (usually left to DRS).
     pub host: Option<MoRef>,
+    /// Per-disk placement and backing (`disk[]`): how the clone's copy of a disk is
+    /// provisioned.
+    pub disks: Vec<DiskLocator>,
+}
+
+/// A `VirtualMachineRelocateSpecDiskLocator` whose backing sets the copy's
+/// provisioning (a `VirtualDiskFlatVer2BackingInfo` with only the fields that do).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskLocator {
+    /// The template's disk device key.
+    pub disk_id: String,
+    /// Where the copy goes (required by the API).
+    pub datastore: MoRef,
+    /// `thinProvisioned`.
+    pub thin_provisioned: bool,
+    /// `eagerlyScrub`: zeroed up front (eager-zeroed thick).
+    pub eagerly_scrub: bool,
 }
 
 /// A `VirtualMachineCloneSpec`.
@@ -413,6 +430,20 @@ pub fn clone_vm_task(vm: &MoRef, folder: &MoRef, name: &str, spec: &CloneSpec) -
     }
     if let Some(v) = &l.host {
         x.moref("host", v);
+    }
+    for d in &l.disks {
+        // WSDL order: diskId, datastore, diskMoveType, diskBackingInfo; a file
+        // backing's fileName is required, empty lets vSphere name the copy.
+        x.open("disk")
+            .text("diskId", &d.disk_id)
+            .moref("datastore", &d.datastore)
+            .open_typed("diskBackingInfo", "VirtualDiskFlatVer2BackingInfo")
+            .text("fileName", "")
+            .text("diskMode", "persistent")
+            .text("thinProvisioned", d.thin_provisioned)
+            .text("eagerlyScrub", d.eagerly_scrub)
+            .close("diskBackingInfo")
+            .close("disk");
     }
     x.close("location").text("template", spec.template);
     if let Some(config) = &spec.config {

@@ -21,6 +21,10 @@ infra_machine! {
         .message("maxCPUs must be at least cpus"))]
     #[x_kube(validation = Rule::new("!has(self.maxMemoryMiB) || self.maxMemoryMiB >= self.memoryMiB")
         .message("maxMemoryMiB must be at least memoryMiB"))]
+    // Data disk files live in the machine's own directory, on the host's one storage
+    // (`local` in the inventory): any other target would be accepted and ignored.
+    #[x_kube(validation = Rule::new("!has(self.additionalDisks) || self.additionalDisks.all(d, !has(d.storage) || d.storage == 'local')")
+        .message("additionalDisks[].storage: Cloud Hypervisor keeps data disks in the machine's directory on the host's one storage, local; leave storage unset or set it to local"))]
     pub struct CloudHypervisorMachineSpec {
         /// Kernel or firmware, and the disk image to copy.
         pub image: CloudHypervisorImageSource,
@@ -51,7 +55,12 @@ infra_machine! {
         #[schemars(range(min = 1, max = 65536))]
         #[x_kube(validation = Rule::new(crate::api::common::DISK_GROWS).message(crate::api::common::OS_DISK_GROWS_MSG))]
         pub disk_gib: Option<u32>,
-        /// Additional disks (files under the storage directory named by `storage`).
+        /// Additional disks: raw files in the machine's directory (`storage` may only be
+        /// `local`, the host's one storage). `provisioning`: `thin` makes a sparse file,
+        /// `thick` allocates it (`fallocate`), `eagerZeroed` writes zeros over it — when
+        /// made and when grown while off; a disk grown while running has its new range
+        /// allocated (`fallocate`) for both, since writing zeros under a running guest
+        /// would race its writes.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
         #[schemars(length(max = 16))]

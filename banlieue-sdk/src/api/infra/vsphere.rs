@@ -25,6 +25,9 @@ infra_machine! {
         .message("maxCPUs must be at least numCPUs"))]
     #[x_kube(validation = Rule::new("!has(self.maxMemoryMiB) || self.maxMemoryMiB >= self.memoryMiB")
         .message("maxMemoryMiB must be at least memoryMiB"))]
+    // A linked clone's disk is a delta on the template's snapshot: always sparse.
+    #[x_kube(validation = Rule::new("!has(self.cloneMode) || self.cloneMode != 'LinkedClone' || !has(self.diskProvisioning) || self.diskProvisioning == 'thin'")
+        .message("diskProvisioning: a LinkedClone's disk is a thin delta on the template's; use FullClone for thick or eagerZeroed"))]
     pub struct VSphereMachineSpec {
         /// Name or inventory path of the template to clone.
         #[schemars(length(min = 1, max = 1024))]
@@ -90,7 +93,9 @@ infra_machine! {
         #[schemars(range(min = 1, max = 65536))]
         #[x_kube(validation = Rule::new(crate::api::common::DISK_GROWS).message(crate::api::common::OS_DISK_GROWS_MSG))]
         pub disk_gib: Option<u32>,
-        /// OS disk provisioning.
+        /// How the clone's copy of the template's OS disk is provisioned (the clone's
+        /// disk locator backing): `thin` (default), `thick` (lazily zeroed) or
+        /// `eagerZeroed`. A `LinkedClone` takes only `thin`.
         #[serde(default)]
         pub disk_provisioning: DiskProvisioning,
         /// Firmware; default: the template's.
