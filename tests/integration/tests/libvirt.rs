@@ -1071,7 +1071,8 @@ async fn a_virtual_machine_without_headroom_takes_a_bigger_class_at_its_next_boo
         .patch(
             &format!("{}-tiny", ns.name),
             &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"cpus": 2, "memoryMiB": 320}})),
+            // A class edit reaches the VMs using it only when the class says so.
+            &Patch::Merge(&json!({"spec": {"cpus": 2, "memoryMiB": 320, "updatePolicy": "Apply"}})),
         )
         .await
         .unwrap();

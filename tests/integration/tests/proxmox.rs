@@ -649,7 +649,9 @@ fn up_to_date(vm: &VirtualMachine) -> bool {
     said(vm, "UpToDate").is_some_and(|(s, _, _)| s == "True")
 }
 
-async fn patch_class(ns: &TestNamespace, spec: Value) {
+async fn patch_class(ns: &TestNamespace, mut spec: Value) {
+    // A class edit reaches the VMs using it only when the class says so.
+    spec["updatePolicy"] = json!("Apply");
     let classes: Api<VMClass> = Api::all(ns.client.clone());
     classes
         .patch(
