@@ -26,22 +26,37 @@
 //! # use std::sync::Arc;
 //! # use banlieue_sdk::async_trait;
 //! # use banlieue_sdk::backend::*;
-//! struct Lab;
+//! /// Your backend's factory, the Provider connection of your lab, and a machine spec
+//! /// that is valid there.
+//! struct Lab<F> {
+//!     factory: F,
+//!     connection: Connection,
+//!     spec: MachineSpec,
+//! }
 //!
 //! #[async_trait]
-//! impl banlieue_conformance::Target for Lab {
-//!     fn name(&self) -> String { "my hypervisor lab".into() }
+//! impl<F: BackendFactory + Send + Sync> banlieue_conformance::Target for Lab<F> {
+//!     fn name(&self) -> String {
+//!         "my hypervisor lab".into()
+//!     }
 //!     async fn connect(&self) -> Result<Arc<dyn Backend>, BackendError> {
-//!         unimplemented!("connect to the lab, as the operator would")
+//!         self.factory.connect(&self.connection)
 //!     }
 //!     fn request(&self, identity: MachineIdentity) -> MachineRequest {
-//!         unimplemented!("a valid, powered-on machine of the backend's kind")
+//!         MachineRequest {
+//!             identity,
+//!             spec: self.spec.clone(),
+//!             failure_domain: None,
+//!             bootstrap: None,
+//!             instance_id: None,
+//!             disks_imported: false,
+//!         }
 //!     }
 //! }
 //!
-//! # async fn run() {
-//! banlieue_conformance::run(&Lab).await.assert_passed();
-//! # }
+//! async fn conformance<F: BackendFactory + Send + Sync>(lab: Lab<F>) {
+//!     banlieue_conformance::run(&lab).await.assert_passed();
+//! }
 //! ```
 #![warn(missing_docs)]
 

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use banlieue_sdk::api::common::PowerState;
 use banlieue_sdk::api::resources::{ChangeMode, ChangeRule, MachineField};
 use banlieue_sdk::backend::{
-    BACKEND_VM_MISSING, Backend, ErrorClass, MachineIdentity, MachineRequest,
+    BACKEND_VM_MISSING, Backend, ErrorClass, MachineIdentity, MachineRequest, MadeFor,
 };
 
 use crate::Target;
@@ -165,14 +165,7 @@ pub async fn run(target: &dyn Target) -> Report {
         let mut effort = Effort::default();
         let seen = driver::settle(&*backend, &adopted_request, patience, &mut effort).await?;
         same_id(&seen.provider_id, &provider_id)?;
-        let by_name = MachineIdentity {
-            provider_id: None,
-            ..moved.clone()
-        };
-        let found = backend
-            .made_for(kind, &by_name)
-            .await
-            .map_err(|e| format!("made_for: {e}"))?;
+        let found = recorded(&*backend, kind, &moved).await?;
         match found.as_slice() {
             [one] if one.provider_id == provider_id => match &one.uid {
                 Some(uid) if *uid == moved.uid => {
@@ -244,14 +237,7 @@ pub async fn run(target: &dyn Target) -> Report {
         {
             return Err(format!("deleted, yet observed: {seen:?}"));
         }
-        let by_name = MachineIdentity {
-            provider_id: None,
-            ..request.identity.clone()
-        };
-        let left = backend
-            .made_for(kind, &by_name)
-            .await
-            .map_err(|e| format!("made_for: {e}"))?;
+        let left = recorded(&*backend, kind, &request.identity).await?;
         if !left.is_empty() {
             return Err(format!("deleted, yet made_for lists {left:?}"));
         }
@@ -294,6 +280,23 @@ pub async fn run(target: &dyn Target) -> Report {
     report
 }
 
+/// What the backend records as made for the object `identity` names (by namespace and
+/// name, whatever its UID and provider ID).
+async fn recorded(
+    backend: &dyn Backend,
+    kind: &str,
+    identity: &MachineIdentity,
+) -> Result<Vec<MadeFor>, String> {
+    let by_name = MachineIdentity {
+        provider_id: None,
+        ..identity.clone()
+    };
+    backend
+        .made_for(kind, &by_name)
+        .await
+        .map_err(|e| format!("made_for: {e}"))
+}
+
 fn same_id(seen: &Option<String>, provider_id: &str) -> Result<(), String> {
     match seen.as_deref() {
         Some(id) if id == provider_id => Ok(()),
@@ -308,14 +311,7 @@ async fn one_made_for(
     identity: &MachineIdentity,
     provider_id: &str,
 ) -> Result<String, String> {
-    let by_name = MachineIdentity {
-        provider_id: None,
-        ..identity.clone()
-    };
-    let found = backend
-        .made_for(kind, &by_name)
-        .await
-        .map_err(|e| format!("made_for: {e}"))?;
+    let found = recorded(backend, kind, identity).await?;
     match found.as_slice() {
         [one] if one.provider_id == provider_id && !one.deleting => {
             Ok("one machine made for the object".to_owned())
@@ -358,14 +354,7 @@ async fn missing(
     {
         return Err(format!("observe of {absent} found {seen:?}"));
     }
-    let by_name = MachineIdentity {
-        provider_id: None,
-        ..ghost.clone()
-    };
-    let made = backend
-        .made_for(kind, &by_name)
-        .await
-        .map_err(|e| format!("made_for: {e}"))?;
+    let made = recorded(backend, kind, &ghost).await?;
     if !made.is_empty() {
         return Err(format!("ensure of {absent} made {made:?}"));
     }
