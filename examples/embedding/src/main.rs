@@ -16,8 +16,11 @@
 //! (`cargo run -p banlieue-example-embedding -- crd | kubectl apply -f -`):
 //! `cargo run -p banlieue-example-embedding` (uses your kubeconfig). The environment
 //! tunes it: `HEALTH_ADDR` (e.g. `127.0.0.1:8081`; unset, no probe server),
-//! `LEASE_NAMESPACE` (default `default`), and `LEASE_DURATION`, `RENEW_DEADLINE`,
-//! `RETRY_PERIOD` (default `15s`, `10s`, `2s`).
+//! `LEASE_NAMESPACE` (default `default`), `LEASE_DURATION`, `RENEW_DEADLINE`,
+//! `RETRY_PERIOD` (default `15s`, `10s`, `2s`), and `WATCH_NAMESPACE` (serve only the
+//! objects of that namespace; unset, every namespace). Two operators serving the same
+//! namespace without sharing a Lease would fight over its machines: each keeps its own
+//! lab, so one would find provider IDs the other's lab made.
 
 use banlieue_example_embedding::{CLASS, lab, machine};
 
@@ -78,7 +81,10 @@ async fn main() -> anyhow::Result<()> {
             retry_period: duration("RETRY_PERIOD", "2s")?,
         }),
         shutdown_timeout: Duration::from_secs(10),
-        settings: Settings::default(),
+        settings: Settings {
+            namespace: env("WATCH_NAMESPACE"),
+            ..Settings::default()
+        },
         // The runtime installs its scrubbing logger: credentials (and the session
         // secrets and bootstrap tokens registered while they live) never reach this
         // operator's logs. `Logging::Installed` opts out, for a logger of your own.

@@ -74,8 +74,13 @@ async fn install_lab_machine_crd(client: kube::Client) {
 async fn the_embedding_example_brings_a_virtual_machine_to_ready_on_its_own_class_and_kind() {
     let ns = banlieue_testenv::namespace("embedding").await;
     install_lab_machine_crd(ns.client.clone()).await;
+    // Its own namespace and Lease: the other test's replicas run at the same time, each
+    // with a lab of its own, and must not reconcile (and so make machines for) this
+    // test's objects.
     let mut child = Command::new(env!("CARGO_BIN_EXE_banlieue-example-embedding"))
         .env("KUBECONFIG", banlieue_testenv::kubeconfig_path())
+        .env("WATCH_NAMESPACE", &ns.name)
+        .env("LEASE_NAMESPACE", &ns.name)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -271,6 +276,7 @@ fn replica(health: std::net::SocketAddr, namespace: &str) -> Example {
         .env("KUBECONFIG", banlieue_testenv::kubeconfig_path())
         .env("HEALTH_ADDR", health.to_string())
         .env("LEASE_NAMESPACE", namespace)
+        .env("WATCH_NAMESPACE", namespace)
         .env("LEASE_DURATION", "6s")
         .env("RENEW_DEADLINE", "4s")
         .env("RETRY_PERIOD", "1s")
