@@ -146,8 +146,8 @@ pub fn differences(desired: &MachineResources, running: &MachineResources) -> Ve
     {
         out.push(Difference::new(
             F::Firmware,
-            crate::backend::capabilities::firmware_name(have),
-            crate::backend::capabilities::firmware_name(want),
+            have.as_str(),
+            want.as_str(),
             true,
         ));
     }

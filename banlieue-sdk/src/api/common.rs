@@ -172,6 +172,17 @@ pub enum PowerState {
     Suspended,
 }
 
+impl PowerState {
+    /// The state as the API spells it (`PoweredOn`, `PoweredOff`, `Suspended`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PowerState::PoweredOn => "PoweredOn",
+            PowerState::PoweredOff => "PoweredOff",
+            PowerState::Suspended => "Suspended",
+        }
+    }
+}
+
 /// Boot firmware.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum Firmware {
@@ -185,6 +196,17 @@ pub enum Firmware {
     /// UEFI with Secure Boot.
     #[serde(rename = "efi-secure")]
     EfiSecure,
+}
+
+impl Firmware {
+    /// The firmware as the API spells it (`bios`, `efi`, `efi-secure`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Firmware::Bios => "bios",
+            Firmware::Efi => "efi",
+            Firmware::EfiSecure => "efi-secure",
+        }
+    }
 }
 
 /// How a disk's blocks are allocated.

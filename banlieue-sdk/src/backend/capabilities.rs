@@ -85,11 +85,7 @@ pub fn image_source_kind(sources: &ImageSources, class: ProviderClass) -> Option
 
 /// A firmware's wire name (`bios`, `efi`, `efi-secure`).
 pub fn firmware_name(f: Firmware) -> &'static str {
-    match f {
-        Firmware::Bios => "bios",
-        Firmware::Efi => "efi",
-        Firmware::EfiSecure => "efi-secure",
-    }
+    f.as_str()
 }
 
 /// A bootstrap format's wire name (`cloud-config`, `ignition`).
@@ -102,11 +98,7 @@ pub fn bootstrap_format_name(f: BootstrapFormat) -> &'static str {
 
 /// A power state's wire name (`PoweredOn`, `PoweredOff`, `Suspended`).
 pub fn power_state_name(p: PowerState) -> &'static str {
-    match p {
-        PowerState::PoweredOn => "PoweredOn",
-        PowerState::PoweredOff => "PoweredOff",
-        PowerState::Suspended => "Suspended",
-    }
+    p.as_str()
 }
 
 /// A disk transfer format's name (`raw`, `qcow2`, `vmdk`).

@@ -19,8 +19,7 @@ use crate::backend::{BackendError, MachineObservation};
 use crate::changes::{Assessment, describe};
 use crate::conditions::{self, Desired, Status, types};
 
-/// The `Ready` reason of a terminal backend failure (CAPI's "terminal failure" rule).
-pub const TERMINAL_FAILURE: &str = "TerminalFailure";
+pub use super::TERMINAL_FAILURE;
 
 /// The `Ready` reason while the backend refuses to delete a deleted machine's VM.
 pub const DELETE_FAILED: &str = "DeleteFailed";
@@ -107,12 +106,9 @@ pub fn compute(
                     "PowerStateMismatch".to_owned(),
                     format!(
                         "want {}, {}",
-                        super::virtual_machine::power_name(desired_power),
+                        desired_power.as_str(),
                         match observation.power_state {
-                            Some(p) => format!(
-                                "the backend reports {}",
-                                super::virtual_machine::power_name(p)
-                            ),
+                            Some(p) => format!("the backend reports {}", p.as_str()),
                             None => "the backend reports no power state".to_owned(),
                         }
                     ),

@@ -10,7 +10,7 @@ use crate::api::virtual_machine::{
 };
 use crate::conditions::{self, Desired, Status, types};
 
-use super::machine::TERMINAL_FAILURE;
+use super::TERMINAL_FAILURE;
 
 /// The scheduling outcome to record.
 #[derive(Clone, Copy, Debug)]
@@ -314,9 +314,9 @@ pub fn compute(
     let power_ok = status.power_state == Some(input.desired_power);
     let power_message = format!(
         "want {}, {}",
-        power_name(input.desired_power),
+        input.desired_power.as_str(),
         match status.power_state {
-            Some(p) => format!("observed {}", power_name(p)),
+            Some(p) => format!("observed {}", p.as_str()),
             None => "no power state observed yet".to_owned(),
         }
     );
@@ -393,15 +393,6 @@ fn move_ended(
             ),
         )
     })
-}
-
-/// A power state as the API spells it.
-pub(crate) fn power_name(state: PowerState) -> &'static str {
-    match state {
-        PowerState::PoweredOn => "PoweredOn",
-        PowerState::PoweredOff => "PoweredOff",
-        PowerState::Suspended => "Suspended",
-    }
 }
 
 fn same_place(a: &ScheduledPlacement, b: &ScheduledPlacement) -> bool {

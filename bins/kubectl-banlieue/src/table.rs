@@ -51,7 +51,7 @@ impl Row {
             provider: or_none(placement.map(|p| p.provider.as_str())),
             backend: or_none(placement.and_then(|p| p.provider_class).map(class_name)),
             failure_domain: or_none(placement.and_then(|p| p.failure_domain.as_deref())),
-            power: or_none(status.and_then(|s| s.power_state).map(power_name)),
+            power: or_none(status.and_then(|s| s.power_state).map(PowerState::as_str)),
             ready: ready.map_or("Unknown", |c| c.status.as_str()).to_owned(),
             reason: or_none(reason(vm)),
             addresses: if addresses.is_empty() {
@@ -92,13 +92,6 @@ pub fn class_name(class: ProviderClass) -> &'static str {
     class.as_str()
 }
 
-fn power_name(power: PowerState) -> &'static str {
-    match power {
-        PowerState::PoweredOn => "PoweredOn",
-        PowerState::PoweredOff => "PoweredOff",
-        PowerState::Suspended => "Suspended",
-    }
-}
 
 fn or_none(value: Option<&str>) -> String {
     value.filter(|v| !v.is_empty()).unwrap_or(NONE).to_owned()
