@@ -237,7 +237,7 @@ async fn write_status<K: InfraCluster>(
         ctx,
         &api,
         cluster,
-        written,
+        Some(written),
         (FIELD_MANAGER, &metric),
         known.as_ref(),
         status,

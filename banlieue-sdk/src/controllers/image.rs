@@ -1,32 +1,25 @@
 //! The VMImage controller: on which Providers each image is available.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::controller::Config as ControllerConfig;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::context::Context;
-use super::status_write;
+use super::kernel::{self, Next, Plan, Reconciler, StatusChange};
 use super::watch;
-use crate::api::vm_image::ImageAvailability;
+use super::written::Written;
+use crate::api::vm_image::{ImageAvailability, VMImageStatus};
 use crate::api::{Provider, VMImage};
 use crate::backend::ImageLookup;
 use crate::conditions::{self, Desired, Status, types};
 
-const NAME: &str = "vmimage";
 const FIELD_MANAGER: &str = "banlieue-vmimage";
-
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum Error {
-    #[error("writing status: {0}")]
-    Kube(#[from] kube::Error),
-}
 
 pub(crate) async fn run(
     ctx: Arc<Context>,
@@ -36,71 +29,115 @@ pub(crate) async fn run(
         watch::controller(Api::<VMImage>::all(ctx.client.clone()), watch::unfiltered())
             .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency.image));
     let images = controller.store();
-    controller
-        .watches(
-            watch::namespaced::<Provider>(&ctx.client, &ctx.settings),
-            watch::unfiltered(),
-            move |_| {
-                images
-                    .state()
-                    .into_iter()
-                    .map(|i| ObjectRef::from_obj(i.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = controller.watches(
+        watch::namespaced::<Provider>(&ctx.client, &ctx.settings),
+        watch::unfiltered(),
+        move |_| {
+            images
+                .state()
+                .into_iter()
+                .map(|i| ObjectRef::from_obj(i.as_ref()))
+                .collect::<Vec<_>>()
+        },
+    );
+    kernel::drive(Images, controller, ctx, shutdown).await;
 }
 
 /// The longest wait before looking again while a Provider is not Ready.
-const PROVIDER_RECHECK: std::time::Duration = std::time::Duration::from_secs(3);
+const PROVIDER_RECHECK: Duration = Duration::from_secs(3);
 
-async fn reconcile(image: Arc<VMImage>, ctx: Arc<Context>) -> Result<Action, Error> {
-    // With the Provider cache unlisted, the image would read as served nowhere.
-    ctx.stores_synced.wait().await;
-    let started = Instant::now();
-    let _worker = ctx.metrics.worker(NAME);
-    let mut rows = Vec::new();
-    for provider in ctx.stores.providers.state() {
-        if !image.spec.sources.has(provider.spec.class) {
-            continue;
-        }
-        let ready = provider
-            .status
-            .as_ref()
-            .is_some_and(|s| conditions::is_true(&s.conditions, types::READY));
-        let (available, resolved, reason, message) = if !ready {
-            (false, None, Some("ProviderNotReady".to_owned()), None)
-        } else {
-            match ctx.backends.for_provider(&ctx.client, &provider).await {
-                Err(u) => (false, None, Some(u.reason), Some(u.message)),
-                Ok(backend) => match backend.find_image(&image.spec.sources).await {
-                    Ok(ImageLookup::Available { resolved }) => (true, Some(resolved), None, None),
-                    Ok(ImageLookup::Missing { message }) => {
-                        (false, None, Some("ImageNotFound".into()), Some(message))
-                    }
-                    Err(e) => (false, None, Some(e.reason), Some(e.message)),
-                },
-            }
-        };
-        rows.push(ImageAvailability {
-            namespace: provider.namespace().unwrap_or_default(),
-            name: provider.name_any(),
-            available,
-            resolved,
-            reason,
-            message,
-        });
+/// The VMImage controller.
+struct Images;
+
+/// What an image's status is decided from.
+#[derive(Debug, Clone)]
+struct Facts {
+    /// One row per Provider with a source for the image, as looked up just now.
+    rows: Vec<ImageAvailability>,
+    /// The namespace this operator watches alone, if any.
+    namespace: Option<String>,
+    now: Time,
+}
+
+impl Reconciler for Images {
+    type Object = VMImage;
+    type Facts = Facts;
+    type Status = VMImageStatus;
+
+    const NAME: &'static str = "vmimage";
+    const FIELD_MANAGER: &'static str = FIELD_MANAGER;
+
+    /// Rows are applied server-side (several operators share them), so there is no
+    /// merge-patch ledger.
+    fn ledger(_: &Context) -> Option<&Written<VMImageStatus>> {
+        None
     }
-    rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    let next = next_look(&rows);
-    let api: Api<VMImage> = Api::all(ctx.client.clone());
+
+    fn api(ctx: &Context, _: &VMImage) -> Api<VMImage> {
+        Api::all(ctx.client.clone())
+    }
+
+    async fn observe(&self, image: &Arc<VMImage>, ctx: &Arc<Context>) -> Facts {
+        // With the Provider cache unlisted, the image would read as served nowhere.
+        ctx.stores_synced.wait().await;
+        let mut rows = Vec::new();
+        for provider in ctx.stores.providers.state() {
+            if !image.spec.sources.has(provider.spec.class) {
+                continue;
+            }
+            rows.push(look_up(image, &provider, ctx).await);
+        }
+        rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Facts {
+            rows,
+            namespace: ctx.settings.namespace.clone(),
+            now: Time(k8s_openapi::jiff::Timestamp::now()),
+        }
+    }
+
+    fn plan(&self, image: &VMImage, facts: &Facts) -> Plan<VMImageStatus> {
+        plan(image, facts)
+    }
+}
+
+/// Whether `provider` serves `image`: asked of its backend once it is Ready.
+async fn look_up(image: &VMImage, provider: &Provider, ctx: &Context) -> ImageAvailability {
+    let ready = provider
+        .status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, types::READY));
+    let (available, resolved, reason, message) = if !ready {
+        (false, None, Some("ProviderNotReady".to_owned()), None)
+    } else {
+        match ctx.backends.for_provider(&ctx.client, provider).await {
+            Err(u) => (false, None, Some(u.reason), Some(u.message)),
+            Ok(backend) => match backend.find_image(&image.spec.sources).await {
+                Ok(ImageLookup::Available { resolved }) => (true, Some(resolved), None, None),
+                Ok(ImageLookup::Missing { message }) => {
+                    (false, None, Some("ImageNotFound".into()), Some(message))
+                }
+                Err(e) => (false, None, Some(e.reason), Some(e.message)),
+            },
+        }
+    };
+    ImageAvailability {
+        namespace: provider.namespace().unwrap_or_default(),
+        name: provider.name_any(),
+        available,
+        resolved,
+        reason,
+        message,
+    }
+}
+
+/// The image's status from the rows just looked up, and when to look again.
+fn plan(image: &VMImage, facts: &Facts) -> Plan<VMImageStatus> {
     let previous = image.status.clone().unwrap_or_default();
-    match &ctx.settings.namespace {
+    let rows = facts.rows.clone();
+    let status = match &facts.namespace {
         // Watching one namespace: own only that namespace's rows (a field manager per
-        // namespace, rows merged by key), and leave the conditions to a cluster-wide operator.
+        // namespace, rows merged by key), and leave the conditions to a cluster-wide
+        // operator.
         Some(namespace) => {
             let mine: Vec<_> = previous
                 .providers
@@ -108,10 +145,13 @@ async fn reconcile(image: Arc<VMImage>, ctx: Arc<Context>) -> Result<Action, Err
                 .filter(|r| &r.namespace == namespace)
                 .cloned()
                 .collect();
-            if mine != rows {
-                let manager = format!("{FIELD_MANAGER}-{namespace}");
-                let status = json!({ "providers": rows });
-                status_write::apply(&ctx, &api, image.as_ref(), (&manager, NAME), &status).await?;
+            if mine == rows {
+                StatusChange::Unchanged
+            } else {
+                StatusChange::Shared {
+                    manager: format!("{FIELD_MANAGER}-{namespace}"),
+                    status: json!({ "providers": rows }),
+                }
             }
         }
         None => {
@@ -120,7 +160,6 @@ async fn reconcile(image: Arc<VMImage>, ctx: Arc<Context>) -> Result<Action, Err
             status.observed_generation = generation;
             let count = rows.iter().filter(|r| r.available).count();
             status.providers = rows;
-            let now = Time(k8s_openapi::jiff::Timestamp::now());
             let message = format!("available on {count} Provider(s)");
             let reason = if count > 0 {
                 "Available"
@@ -129,28 +168,25 @@ async fn reconcile(image: Arc<VMImage>, ctx: Arc<Context>) -> Result<Action, Err
             };
             let ready =
                 Desired::new(types::READY, Status::from_bool(count > 0), reason).message(&message);
-            conditions::set(&mut status.conditions, ready, generation, &now);
-            if previous != status {
-                status_write::apply(&ctx, &api, image.as_ref(), (FIELD_MANAGER, NAME), &status)
-                    .await?;
+            conditions::set(&mut status.conditions, ready, generation, &facts.now);
+            if previous == status {
+                StatusChange::Unchanged
+            } else {
+                StatusChange::Shared {
+                    manager: FIELD_MANAGER.to_owned(),
+                    status: json!(status),
+                }
             }
         }
-    }
-    ctx.metrics.reconciled(NAME, "success", started.elapsed());
-    Ok(match next {
-        NextLook::SyncPeriod => {
-            ctx.succeeded(&image.name_any());
-            Action::requeue(ctx.settings.sync_period)
-        }
-        NextLook::Backoff => {
-            Action::requeue(ctx.backoff(&image.name_any()).min(ctx.settings.sync_period))
-        }
-        NextLook::Soon => Action::requeue(
-            ctx.backoff(&image.name_any())
-                .min(ctx.settings.sync_period)
-                .min(PROVIDER_RECHECK),
-        ),
-    })
+    };
+    let next = match next_look(&facts.rows) {
+        NextLook::SyncPeriod => Next::SyncPeriod,
+        NextLook::Backoff => Next::Backoff { at_most: None },
+        NextLook::Soon => Next::Backoff {
+            at_most: Some(PROVIDER_RECHECK),
+        },
+    };
+    Plan { status, next }
 }
 
 /// When a VMImage is looked at again, from the rows just computed.
@@ -182,18 +218,6 @@ fn next_look(rows: &[ImageAvailability]) -> NextLook {
     }
 }
 
-fn error_policy(image: Arc<VMImage>, error: &Error, ctx: Arc<Context>) -> Action {
-    let Error::Kube(kube_error) = error;
-    if super::expected::kube_race(kube_error) {
-        tracing::debug!(image = %image.name_any(), %error, "reconcile raced a stale cache; retrying");
-        ctx.metrics.reconciled(NAME, "error", Duration::ZERO);
-        return Action::requeue(super::expected::RETRY_RACE);
-    }
-    tracing::warn!(image = %image.name_any(), %error, "reconcile failed");
-    ctx.metrics.reconciled(NAME, "error", Duration::ZERO);
-    Action::requeue(ctx.backoff(&image.name_any()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +231,91 @@ mod tests {
             reason: reason.map(str::to_owned),
             message: None,
         }
+    }
+
+    fn image(status: Option<VMImageStatus>) -> VMImage {
+        let mut image = VMImage::new("debian", serde_json::from_value(json!({
+            "os": {"family": "linux", "distribution": "debian", "version": "13"}, "sources": {"sim": {"name": "debian"}}
+        })).expect("a VMImage spec"));
+        image.metadata.generation = Some(3);
+        image.status = status;
+        image
+    }
+
+    fn facts(rows: Vec<ImageAvailability>, namespace: Option<&str>) -> Facts {
+        Facts {
+            rows,
+            namespace: namespace.map(str::to_owned),
+            now: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        }
+    }
+
+    /// The status a cluster-wide plan applies, decoded.
+    fn applied(plan: &Plan<VMImageStatus>) -> (String, VMImageStatus) {
+        match &plan.status {
+            StatusChange::Shared { manager, status } => (
+                manager.clone(),
+                serde_json::from_value(status.clone()).expect("a VMImageStatus"),
+            ),
+            other => panic!("expected an apply, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_cluster_wide_operator_applies_rows_and_ready_and_then_writes_nothing_more() {
+        let rows = vec![row(true, None), row(false, Some("ImageNotFound"))];
+        let first = plan(&image(None), &facts(rows.clone(), None));
+        let (manager, status) = applied(&first);
+        assert_eq!(manager, FIELD_MANAGER);
+        assert_eq!(status.providers, rows);
+        assert_eq!(status.observed_generation, Some(3));
+        assert!(conditions::is_true(&status.conditions, types::READY));
+        assert_eq!(first.next, Next::Backoff { at_most: None });
+        // Seen again with the same rows: nothing to write.
+        let again = plan(&image(Some(status)), &facts(rows, None));
+        assert_eq!(again.status, StatusChange::Unchanged);
+        // Available nowhere: Ready=False NotAvailable.
+        let none = plan(
+            &image(None),
+            &facts(vec![row(false, Some("ImageNotFound"))], None),
+        );
+        let (_, status) = applied(&none);
+        let ready = conditions::get(&status.conditions, types::READY).expect("Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "NotAvailable")
+        );
+    }
+
+    #[test]
+    fn an_operator_of_one_namespace_applies_its_rows_only_under_a_manager_of_its_own() {
+        let rows = vec![row(true, None)];
+        let first = plan(&image(None), &facts(rows.clone(), Some("ns")));
+        assert_eq!(
+            first.status,
+            StatusChange::Shared {
+                manager: format!("{FIELD_MANAGER}-ns"),
+                status: json!({ "providers": rows }),
+            }
+        );
+        assert_eq!(first.next, Next::SyncPeriod);
+        // Its rows are there already (another namespace's too): nothing to write.
+        let mut other = row(false, Some("ImageNotFound"));
+        other.namespace = "elsewhere".into();
+        let status = VMImageStatus {
+            providers: vec![rows[0].clone(), other],
+            ..VMImageStatus::default()
+        };
+        let again = plan(&image(Some(status)), &facts(rows, Some("ns")));
+        assert_eq!(again.status, StatusChange::Unchanged);
+        // No Provider cached yet: look again soon.
+        let empty = plan(&image(None), &facts(vec![], Some("ns")));
+        assert_eq!(
+            empty.next,
+            Next::Backoff {
+                at_most: Some(PROVIDER_RECHECK)
+            }
+        );
     }
 
     #[test]

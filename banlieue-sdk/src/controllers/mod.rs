@@ -40,6 +40,7 @@ mod failure_backoff;
 mod feed;
 mod image;
 mod infra;
+mod kernel;
 pub(crate) mod kinds;
 mod machine;
 mod metrics;

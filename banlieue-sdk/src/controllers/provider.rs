@@ -237,7 +237,7 @@ async fn write_status(
         ctx,
         &api,
         provider,
-        written,
+        Some(written),
         (FIELD_MANAGER, NAME),
         known,
         status,

@@ -38,13 +38,14 @@ pub(crate) fn known<K: Resource, S: Clone>(
 }
 
 /// Writes `next` as `object`'s status through `api` when it differs from `known`
-/// (see [`known`]), as field manager `manager`, counting the write under `metric`.
+/// (see [`known`]), as field manager `manager`, counting the write under `metric`, and
+/// remembers it in `written` (a controller without a ledger reads its cache only).
 /// Returns whether it wrote.
 pub(crate) async fn write<K, S>(
     ctx: &Context,
     api: &Api<K>,
     object: &K,
-    written: &Written<S>,
+    written: Option<&Written<S>>,
     manager: (&str, &str),
     known: Option<&S>,
     next: S,
@@ -67,7 +68,7 @@ pub(crate) async fn write_versioned<K, S>(
     ctx: &Context,
     api: &Api<K>,
     object: &K,
-    written: &Written<S>,
+    written: Option<&Written<S>>,
     (manager, metric): (&str, &str),
     known: Option<&S>,
     next: S,
@@ -89,11 +90,13 @@ where
         .await?;
     ctx.metrics.wrote(metric);
     let version = wrote.resource_version();
-    written.remember(
-        object.meta().uid.as_deref().unwrap_or_default(),
-        version.clone(),
-        next,
-    );
+    if let Some(written) = written {
+        written.remember(
+            object.meta().uid.as_deref().unwrap_or_default(),
+            version.clone(),
+            next,
+        );
+    }
     Ok(Some(version.unwrap_or_default()))
 }
 

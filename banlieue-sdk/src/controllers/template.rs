@@ -2,22 +2,73 @@
 //! `status.capacity` and `status.nodeInfo` so the cluster autoscaler can scale a
 //! node group up from zero. Pure in effect: the status follows the spec alone.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::controller::Config as ControllerConfig;
 
-use super::context::{Context, key_of};
+use super::context::Context;
+use super::kernel::{self, Next, Plan, Reconciler, StatusChange};
 use super::status_write;
 use super::watch;
+use super::written::Written;
+use crate::api::infra::MachineTemplateStatus;
 use crate::capi::capacity::template_status;
 use crate::contract::InfraTemplateRead;
 use crate::controllers::object::Namespaced;
-use kube::ResourceExt;
 
-/// Field manager of template status.
-const FIELD_MANAGER: &str = "banlieue-template";
+/// The template controller of kind `K`.
+struct Templates<K>(PhantomData<fn() -> K>);
+
+impl<K: Namespaced + InfraTemplateRead> Reconciler for Templates<K> {
+    type Object = K;
+    /// The status this process knows last (see [`status_write::known`]).
+    type Facts = Option<MachineTemplateStatus>;
+    type Status = MachineTemplateStatus;
+
+    const NAME: &'static str = "machinetemplate";
+    const FIELD_MANAGER: &'static str = "banlieue-template";
+
+    fn ledger(ctx: &Context) -> Option<&Written<MachineTemplateStatus>> {
+        Some(&ctx.written.templates)
+    }
+
+    fn api(ctx: &Context, template: &K) -> Api<K> {
+        Api::namespaced(
+            ctx.client.clone(),
+            &template.namespace().unwrap_or_default(),
+        )
+    }
+
+    async fn observe(&self, template: &Arc<K>, ctx: &Arc<Context>) -> Self::Facts {
+        status_write::known(
+            &ctx.written.templates,
+            template.as_ref(),
+            template.template_status(),
+        )
+    }
+
+    fn plan(&self, template: &K, known: &Self::Facts) -> Plan<MachineTemplateStatus> {
+        plan(template.sizing(), known)
+    }
+}
+
+/// The capacity the template's sizing gives, over what is known; nothing else wakes
+/// a template but a change to it.
+fn plan(
+    sizing: crate::capi::capacity::Sizing,
+    known: &Option<MachineTemplateStatus>,
+) -> Plan<MachineTemplateStatus> {
+    Plan {
+        status: StatusChange::Merge {
+            known: known.clone(),
+            next: template_status(known.as_ref(), sizing),
+        },
+        next: Next::AwaitChange,
+    }
+}
 
 pub(crate) async fn run<K>(
     ctx: Arc<Context>,
@@ -26,38 +77,45 @@ pub(crate) async fn run<K>(
     K: Namespaced + InfraTemplateRead,
 {
     let api = watch::namespaced::<K>(&ctx.client, &ctx.settings);
-    watch::controller(api, watch::filtered(&ctx.settings))
-        .with_config(ControllerConfig::default().concurrency(2))
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |template: Arc<K>, ctx: Arc<Context>| async move {
-                let written = &ctx.written.templates;
-                let known =
-                    status_write::known(written, template.as_ref(), template.template_status());
-                let status = template_status(known.as_ref(), template.sizing());
-                let api: Api<K> = Api::namespaced(
-                    ctx.client.clone(),
-                    &template.namespace().unwrap_or_default(),
-                );
-                let manager = (FIELD_MANAGER, "machinetemplate");
-                status_write::write(
-                    &ctx,
-                    &api,
-                    template.as_ref(),
-                    written,
-                    manager,
-                    known.as_ref(),
-                    status,
-                )
-                .await?;
-                Ok::<_, kube::Error>(Action::await_change())
-            },
-            |template: Arc<K>, error: &kube::Error, ctx: Arc<Context>| {
-                tracing::warn!(template = %key_of(template.as_ref()), %error, "reconcile failed");
-                Action::requeue(ctx.backoff(&key_of(template.as_ref())))
-            },
-            ctx,
-        )
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let controller = watch::controller(api, watch::filtered(&ctx.settings))
+        .with_config(ControllerConfig::default().concurrency(2));
+    kernel::drive(Templates::<K>(PhantomData), controller, ctx, shutdown).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::capacity::Sizing;
+
+    #[test]
+    fn a_template_publishes_its_capacity_over_what_is_known_and_then_waits_for_a_change() {
+        let sizing = Sizing {
+            cpus: 2,
+            memory_mib: 4096,
+        };
+        let fresh = plan(sizing, &None);
+        let StatusChange::Merge { known, next } = &fresh.status else {
+            panic!("a template's status is a merge: {fresh:?}");
+        };
+        assert_eq!(known, &None);
+        assert_eq!(next, &template_status(None, sizing));
+        assert_eq!(fresh.next, Next::AwaitChange);
+        // Once written, the same sizing plans the same status (the write is skipped);
+        // a resized template plans its new capacity.
+        let again = plan(sizing, &Some(next.clone()));
+        let StatusChange::Merge { known, next: same } = &again.status else {
+            panic!("{again:?}");
+        };
+        assert_eq!(known.as_ref(), Some(same));
+        let bigger = Sizing {
+            cpus: 4,
+            memory_mib: 4096,
+        };
+        let resized = plan(bigger, &Some(next.clone()));
+        let StatusChange::Merge { known, next: grown } = &resized.status else {
+            panic!("{resized:?}");
+        };
+        assert_ne!(known.as_ref(), Some(grown));
+        assert_eq!(grown.capacity.get("cpu").map(|q| q.0.as_str()), Some("4"));
+    }
 }

@@ -92,7 +92,6 @@ pub fn class_name(class: ProviderClass) -> &'static str {
     class.as_str()
 }
 
-
 fn or_none(value: Option<&str>) -> String {
     value.filter(|v| !v.is_empty()).unwrap_or(NONE).to_owned()
 }

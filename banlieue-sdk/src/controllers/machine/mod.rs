@@ -1025,7 +1025,7 @@ async fn write_status<K: Machine>(
         ctx,
         &api,
         machine,
-        written,
+        Some(written),
         (manager.0, &manager.1),
         previous.as_ref(),
         status,

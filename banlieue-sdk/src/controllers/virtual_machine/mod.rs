@@ -853,9 +853,16 @@ async fn write_status(
         Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
     let written = &ctx.written.virtual_machines;
     let manager = (infra::FIELD_MANAGER, NAME);
-    let version =
-        status_write::write_versioned(ctx, &api, vm, written, manager, previous.as_ref(), status)
-            .await?;
+    let version = status_write::write_versioned(
+        ctx,
+        &api,
+        vm,
+        Some(written),
+        manager,
+        previous.as_ref(),
+        status,
+    )
+    .await?;
     let Some(version) = version else {
         return Ok(ready);
     };

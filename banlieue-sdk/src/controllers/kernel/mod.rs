@@ -1,0 +1,194 @@
+//! The reconcile kernel: every controller written on it is `observe → plan → execute`.
+//!
+//! - [`Reconciler::observe`] reads what the decision needs (caches, this process's
+//!   ledgers, a backend where the controller's job is to ask one) into a `Facts` value.
+//! - [`Reconciler::plan`] is pure: from the object and its facts to a [`Plan`], a plain
+//!   value (the status to write, when to look again). Whole reconciles are unit-tested
+//!   as `Facts → Plan` tables, without an API server.
+//! - [`execute`] carries a plan out, the same way for every controller: the status write
+//!   (a merge patch of what changed since the status this process knows, or a shared
+//!   server-side apply), metrics, and the requeue, with per-object backoff. [`drive`]
+//!   runs a controller on it with the one error policy.
+//!
+//! Requeue decisions are data ([`Next`]), not error variants: an error here is a
+//! failure of the write, nothing else.
+
+mod next;
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::Controller;
+use kube::runtime::controller::Action;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::context::{Context, key_of};
+use super::status_write;
+use super::written::Written;
+
+pub(crate) use next::Next;
+
+/// What one reconcile decided: a value the executor carries out.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Plan<S> {
+    /// The status to write.
+    pub status: StatusChange<S>,
+    /// When to look at the object again.
+    pub next: Next,
+}
+
+/// The status part of a [`Plan`].
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StatusChange<S> {
+    /// Write `next` when it differs from `known` (the status this process knows last:
+    /// its own unseen write, else the cached one), as a merge patch of the difference.
+    Merge {
+        /// What the status is now, as far as this process knows.
+        known: Option<S>,
+        /// What it should be.
+        next: S,
+    },
+    /// Server-side apply `status` (only the fields `manager` owns), forced: for a
+    /// status several operators share, each owning its part.
+    Shared {
+        /// The field manager owning this part.
+        manager: String,
+        /// The part, as JSON.
+        status: serde_json::Value,
+    },
+    /// Nothing to write.
+    Unchanged,
+}
+
+/// One controller on the kernel.
+pub(crate) trait Reconciler: Send + Sync + 'static {
+    /// The kind reconciled.
+    type Object: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static;
+    /// What `observe` gathers for `plan`.
+    type Facts: Send;
+    /// The kind's status.
+    type Status: Serialize + Clone + PartialEq + Send + Sync + 'static;
+
+    /// The controller's name in metrics and logs.
+    const NAME: &'static str;
+    /// The field manager of its status writes.
+    const FIELD_MANAGER: &'static str;
+
+    /// Where this process remembers the statuses it wrote (read-your-writes), if the
+    /// controller keeps them.
+    fn ledger(ctx: &Context) -> Option<&Written<Self::Status>>;
+
+    /// The API the object's status is written through.
+    fn api(ctx: &Context, object: &Self::Object) -> Api<Self::Object>;
+
+    /// Gathers what [`Reconciler::plan`] decides from.
+    fn observe(
+        &self,
+        object: &Arc<Self::Object>,
+        ctx: &Arc<Context>,
+    ) -> impl Future<Output = Self::Facts> + Send;
+
+    /// Decides. Pure.
+    fn plan(&self, object: &Self::Object, facts: &Self::Facts) -> Plan<Self::Status>;
+}
+
+/// Observes, plans and executes one reconcile of `object`.
+pub(crate) async fn reconcile<R: Reconciler>(
+    reconciler: &R,
+    object: Arc<R::Object>,
+    ctx: Arc<Context>,
+) -> Result<Action, kube::Error> {
+    let started = Instant::now();
+    let _worker = ctx.metrics.worker(R::NAME);
+    let facts = reconciler.observe(&object, &ctx).await;
+    let plan = reconciler.plan(&object, &facts);
+    execute::<R>(&ctx, &object, plan, started).await
+}
+
+/// Carries out `plan` for `object`.
+pub(crate) async fn execute<R: Reconciler>(
+    ctx: &Context,
+    object: &R::Object,
+    plan: Plan<R::Status>,
+    started: Instant,
+) -> Result<Action, kube::Error> {
+    let api = R::api(ctx, object);
+    match plan.status {
+        StatusChange::Merge { known, next } => {
+            status_write::write(
+                ctx,
+                &api,
+                object,
+                R::ledger(ctx),
+                (R::FIELD_MANAGER, R::NAME),
+                known.as_ref(),
+                next,
+            )
+            .await?;
+        }
+        StatusChange::Shared { manager, status } => {
+            status_write::apply(ctx, &api, object, (&manager, R::NAME), &status).await?;
+        }
+        StatusChange::Unchanged => {}
+    }
+    ctx.metrics
+        .reconciled(R::NAME, "success", started.elapsed());
+    let key = key_of(object);
+    Ok(plan.next.action(
+        ctx.settings.sync_period,
+        || ctx.backoff(&key),
+        || ctx.succeeded(&key),
+    ))
+}
+
+/// The one error policy: a write that raced a stale cache is retried at once; any
+/// other failure with the object's backoff.
+pub(crate) fn error_policy<K: Resource<DynamicType = ()>>(
+    name: &str,
+    object: &K,
+    error: &kube::Error,
+    ctx: &Context,
+) -> Action {
+    let key = key_of(object);
+    ctx.metrics.reconciled(name, "error", Duration::ZERO);
+    if super::expected::kube_race(error) {
+        tracing::debug!(controller = name, object = %key, %error, "reconcile raced a stale cache; retrying");
+        return Action::requeue(super::expected::RETRY_RACE);
+    }
+    tracing::warn!(controller = name, object = %key, %error, "reconcile failed");
+    Action::requeue(ctx.backoff(&key))
+}
+
+/// Runs `controller` with `reconciler` until `shutdown`.
+pub(crate) async fn drive<R: Reconciler>(
+    reconciler: R,
+    controller: Controller<R::Object>,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let reconciler = Arc::new(reconciler);
+    controller
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |object, ctx| {
+                let reconciler = reconciler.clone();
+                async move { reconcile(reconciler.as_ref(), object, ctx).await }
+            },
+            |object, error, ctx| error_policy(R::NAME, object.as_ref(), error, &ctx),
+            ctx,
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
