@@ -5,20 +5,22 @@
 //!
 //! InfraClusters own no backend resource, so they carry no finalizer.
 
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Instant;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::api::{Api, ApiResource};
+use kube::runtime::controller::Config as ControllerConfig;
 use kube::runtime::reflector::ObjectRef;
-use serde_json::json;
 
-use super::context::{Context, key_of};
+use super::context::Context;
+use super::kernel::{self, Edit, Next, Plan, Reconciler, StatusChange};
+use super::written::Written;
 use super::{capi, status_write, watch};
 use crate::api::Provider;
+use crate::api::infra::ClusterStatus;
 use crate::build::machine_kind;
 use crate::capi::failure_domains::{ProviderDomains, Selection, aggregate};
 use crate::capi::metadata::{self, MOVE_LABEL};
@@ -75,31 +77,82 @@ pub(crate) async fn run<K: InfraCluster>(
     } else {
         controller
     };
-    controller
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile::<K>, error_policy::<K>, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let clusters = Clusters::<K> {
+        name: K::kind(&()).to_lowercase(),
+        kind: PhantomData,
+    };
+    kernel::drive(clusters, controller, ctx, shutdown).await;
 }
 
-fn name<K: InfraCluster>() -> String {
-    K::kind(&()).to_lowercase()
+/// The InfraCluster controller of kind `K`.
+struct Clusters<K> {
+    /// `K`'s kind, lower case: the controller's name in metrics and logs.
+    name: String,
+    kind: PhantomData<fn() -> K>,
 }
 
-async fn reconcile<K: InfraCluster>(
-    cluster: Arc<K>,
-    ctx: Arc<Context>,
-) -> Result<Action, kube::Error> {
-    let started = Instant::now();
-    let controller = name::<K>();
-    // An unlisted Provider cache would read as "ProviderNotFound".
-    ctx.stores_synced.wait().await;
-    let _worker = ctx.metrics.worker(&controller);
-    let result = apply(cluster.as_ref(), &ctx).await;
-    let outcome = if result.is_ok() { "success" } else { "error" };
-    ctx.metrics
-        .reconciled(&controller, outcome, started.elapsed());
-    result
+/// What an InfraCluster's reconcile decides from.
+#[derive(Debug, Clone)]
+struct Facts {
+    /// Its Cluster API Cluster, when it names one and Cluster API is installed.
+    owner: Option<CapiCluster>,
+    /// The Providers it spans.
+    providers: Vec<Arc<Provider>>,
+    /// Its `providerRefs` that name no Provider.
+    missing: Vec<String>,
+    /// Its status as this process knows it last.
+    known: Option<ClusterStatus>,
+    now: Time,
+}
+
+impl<K: InfraCluster> Reconciler for Clusters<K> {
+    type Object = K;
+    type Facts = Facts;
+    type Status = ClusterStatus;
+
+    const FIELD_MANAGER: &'static str = FIELD_MANAGER;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn ledger(ctx: &Context) -> Option<&Written<ClusterStatus>> {
+        Some(&ctx.written.clusters)
+    }
+
+    fn api(ctx: &Context, cluster: &K) -> Api<K> {
+        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default())
+    }
+
+    async fn observe(&self, cluster: &Arc<K>, ctx: &Arc<Context>) -> kube::Result<Facts> {
+        // An unlisted Provider cache would read as "ProviderNotFound".
+        ctx.stores_synced.wait().await;
+        let meta = cluster.meta();
+        let namespace = cluster.namespace().unwrap_or_default();
+        // A cluster someone else manages is not read further: it is not ours.
+        let owner = match metadata::cluster_name(meta) {
+            Some(name) if ctx.capi_installed && !metadata::externally_managed(meta) => {
+                capi::cluster(ctx, &namespace, name).await?
+            }
+            _ => None,
+        };
+        let (providers, missing) = providers(cluster.as_ref(), ctx);
+        Ok(Facts {
+            owner,
+            providers,
+            missing,
+            known: status_write::known(
+                &ctx.written.clusters,
+                cluster.as_ref(),
+                cluster.cluster_status(),
+            ),
+            now: Time(k8s_openapi::jiff::Timestamp::now()),
+        })
+    }
+
+    fn plan(&self, cluster: &K, facts: &Facts) -> Plan<ClusterStatus> {
+        plan(cluster, facts)
+    }
 }
 
 /// The Providers an InfraCluster spans, and the `providerRefs` that name none.
@@ -135,27 +188,32 @@ fn providers<K: InfraCluster>(cluster: &K, ctx: &Context) -> (Vec<Arc<Provider>>
     (found, vec![])
 }
 
-async fn apply<K: InfraCluster>(cluster: &K, ctx: &Context) -> Result<Action, kube::Error> {
+fn plan<K: InfraCluster>(cluster: &K, facts: &Facts) -> Plan<ClusterStatus> {
     let meta = cluster.meta();
     if metadata::externally_managed(meta) {
-        return Ok(Action::await_change());
+        return Plan::status(StatusChange::Unchanged, Next::AwaitChange);
     }
-    let namespace = cluster.namespace().unwrap_or_default();
-    let owner = match metadata::cluster_name(meta) {
-        Some(name) if ctx.capi_installed => capi::cluster(ctx, &namespace, name).await?,
-        _ => None,
+    let status = |outcome| StatusChange::Merge {
+        known: facts.known.clone(),
+        next: compute(facts.known.as_ref(), meta.generation, outcome, &facts.now),
     };
-    if let Some(message) = metadata::paused(meta, owner.as_ref()) {
-        write_status(cluster, ctx, ClusterOutcome::Paused { message }).await?;
-        return Ok(Action::await_change());
+    if let Some(message) = metadata::paused(meta, facts.owner.as_ref()) {
+        return Plan::status(
+            status(ClusterOutcome::Paused { message }),
+            Next::AwaitChange,
+        );
     }
-    let (providers, missing) = providers(cluster, ctx);
-    if metadata::is_capi_managed(meta) {
-        for provider in &providers {
-            label_for_move(ctx, provider).await?;
-        }
-    }
-    let inputs: Vec<_> = providers
+    let edits = if metadata::is_capi_managed(meta) {
+        facts
+            .providers
+            .iter()
+            .flat_map(|p| label_for_move(p))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let inputs: Vec<_> = facts
+        .providers
         .iter()
         .map(|p| ProviderDomains {
             provider: p.metadata.name.as_deref().unwrap_or_default(),
@@ -173,7 +231,8 @@ async fn apply<K: InfraCluster>(cluster: &K, ctx: &Context) -> Result<Action, ku
             control_plane: cluster.control_plane_failure_domain_selector(),
         },
     );
-    let ready_providers = providers
+    let ready_providers = facts
+        .providers
         .iter()
         .filter(|p| {
             p.status
@@ -181,80 +240,209 @@ async fn apply<K: InfraCluster>(cluster: &K, ctx: &Context) -> Result<Action, ku
                 .is_some_and(|s| conditions::is_true(&s.conditions, conditions::types::READY))
         })
         .count();
-    write_status(
-        cluster,
-        ctx,
-        ClusterOutcome::Aggregated {
+    Plan {
+        edits,
+        status: status(ClusterOutcome::Aggregated {
             failure_domains: &failure_domains,
-            providers: providers.len(),
+            providers: facts.providers.len(),
             ready_providers,
-            missing: &missing,
+            missing: &facts.missing,
             left_out,
-        },
-    )
-    .await?;
-    Ok(Action::requeue(ctx.settings.sync_period))
+        }),
+        next: Next::SyncPeriod,
+    }
 }
 
-/// Labels a Provider and its credentials Secret `clusterctl.cluster.x-k8s.io/move`:
-/// no Cluster owns them, and without the label `clusterctl move` leaves them behind
-/// and the moved cluster's machines cannot reach their backend.
-async fn label_for_move(ctx: &Context, provider: &Provider) -> Result<(), kube::Error> {
+/// Labels a Provider and its credentials Secret `clusterctl.cluster.x-k8s.io/move`
+/// (the Secret first; a missing one is the Provider's condition to report, not
+/// ours): no Cluster owns them, and without the label `clusterctl move` leaves them
+/// behind and the moved cluster's machines cannot reach their backend.
+fn label_for_move(provider: &Provider) -> Vec<Edit> {
     if provider.labels().contains_key(MOVE_LABEL) {
-        return Ok(());
+        return Vec::new();
     }
     let namespace = provider.namespace().unwrap_or_default();
-    let patch = Patch::Merge(json!({"metadata": {"labels": {MOVE_LABEL: ""}}}));
-    if let Some(secret) = &provider.spec.connection.credentials_ref {
-        match Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
-            .patch(&secret.name, &PatchParams::default(), &patch)
-            .await
-        {
-            Ok(_) => {}
-            // A missing Secret is the Provider's condition to report, not ours.
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(error) => return Err(error),
+    let labels = BTreeMap::from([(MOVE_LABEL.to_owned(), String::new())]);
+    let secret = provider
+        .spec
+        .connection
+        .credentials_ref
+        .as_ref()
+        .map(|secret| Edit::Label {
+            resource: ApiResource::erase::<Secret>(&()),
+            namespace: namespace.clone(),
+            name: secret.name.clone(),
+            labels: labels.clone(),
+            missing_ok: true,
+        });
+    secret
+        .into_iter()
+        .chain([Edit::Label {
+            resource: ApiResource::erase::<Provider>(&()),
+            namespace,
+            name: provider.name_any(),
+            labels,
+            missing_ok: false,
+        }])
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::infra::vsphere::VSphereCluster;
+    use crate::capi::metadata::{CLUSTER_NAME_LABEL, MANAGED_BY_ANNOTATION, PAUSED_ANNOTATION};
+    use crate::conditions::types;
+
+    fn cluster(labels: serde_json::Value, annotations: serde_json::Value) -> VSphereCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereCluster",
+            "metadata": {"name": "c1", "namespace": "ns", "generation": 2,
+                         "labels": labels, "annotations": annotations},
+            "spec": {"providerRefs": [{"name": "vc-a"}, {"name": "vc-b"}]}
+        }))
+        .expect("a VSphereCluster")
+    }
+
+    fn capi_managed() -> VSphereCluster {
+        cluster(json!({CLUSTER_NAME_LABEL: "c1"}), json!({}))
+    }
+
+    fn provider(name: &str, ready: bool, labelled: bool, secret: Option<&str>) -> Arc<Provider> {
+        let labels = if labelled {
+            json!({MOVE_LABEL: ""})
+        } else {
+            json!({})
+        };
+        let mut connection = json!({"endpoint": "https://vc.example/sdk"});
+        if let Some(secret) = secret {
+            connection["credentialsRef"] = json!({"name": secret});
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+                "metadata": {"name": name, "namespace": "ns", "labels": labels},
+                "spec": {"class": "vsphere", "connection": connection},
+                "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"},
+                    "reason": "R", "message": "", "lastTransitionTime": "2026-12-07T00:00:00Z"}]}
+            }))
+            .expect("a Provider"),
+        )
+    }
+
+    fn facts(providers: Vec<Arc<Provider>>, owner: Option<CapiCluster>) -> Facts {
+        Facts {
+            owner,
+            providers,
+            missing: vec![],
+            known: None,
+            now: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
         }
     }
-    Api::<Provider>::namespaced(ctx.client.clone(), &namespace)
-        .patch(&provider.name_any(), &PatchParams::default(), &patch)
-        .await?;
-    Ok(())
-}
 
-async fn write_status<K: InfraCluster>(
-    cluster: &K,
-    ctx: &Context,
-    outcome: ClusterOutcome<'_>,
-) -> Result<(), kube::Error> {
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let known = status_write::known(&ctx.written.clusters, cluster, cluster.cluster_status());
-    let status = compute(known.as_ref(), cluster.meta().generation, outcome, &now);
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let written = &ctx.written.clusters;
-    let metric = name::<K>();
-    status_write::write(
-        ctx,
-        &api,
-        cluster,
-        Some(written),
-        (FIELD_MANAGER, &metric),
-        known.as_ref(),
-        status,
-    )
-    .await?;
-    Ok(())
-}
-
-fn error_policy<K: InfraCluster>(
-    cluster: Arc<K>,
-    error: &kube::Error,
-    ctx: Arc<Context>,
-) -> Action {
-    if super::expected::kube_race(error) {
-        tracing::debug!(cluster = %key_of(cluster.as_ref()), kind = %K::kind(&()), %error, "reconcile raced a stale cache; retrying");
-        return Action::requeue(super::expected::RETRY_RACE);
+    fn paused_owner() -> CapiCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": "ns"}, "spec": {"paused": true}
+        }))
+        .expect("a Cluster")
     }
-    tracing::warn!(cluster = %key_of(cluster.as_ref()), kind = %K::kind(&()), %error, "reconcile failed");
-    Action::requeue(ctx.backoff(&key_of(cluster.as_ref())))
+
+    fn written(plan: &Plan<ClusterStatus>) -> &ClusterStatus {
+        match &plan.status {
+            StatusChange::Merge { next, .. } => next,
+            other => panic!("expected a status, got {other:?}"),
+        }
+    }
+
+    fn ready(plan: &Plan<ClusterStatus>) -> (String, String) {
+        let c = conditions::get(&written(plan).conditions, types::READY).expect("Ready");
+        (c.status.clone(), c.reason.clone())
+    }
+
+    fn labelled(plan: &Plan<ClusterStatus>) -> Vec<(String, String, bool)> {
+        plan.edits
+            .iter()
+            .map(
+                |Edit::Label {
+                     resource,
+                     name,
+                     missing_ok,
+                     ..
+                 }| { (resource.kind.clone(), name.clone(), *missing_ok) },
+            )
+            .collect()
+    }
+
+    #[test]
+    fn an_infra_cluster_reconcile_plans_what_each_case_needs() {
+        let a = || provider("vc-a", true, false, Some("vc-a-creds"));
+        let b_labelled = || provider("vc-b", false, true, Some("vc-b-creds"));
+        let externally = cluster(
+            json!({CLUSTER_NAME_LABEL: "c1"}),
+            json!({MANAGED_BY_ANNOTATION: "other"}),
+        );
+        let annotated = cluster(
+            json!({CLUSTER_NAME_LABEL: "c1"}),
+            json!({PAUSED_ANNOTATION: ""}),
+        );
+        let standalone = cluster(json!({}), json!({}));
+
+        // Someone else manages it: nothing written, nothing labelled, only a change wakes it.
+        let p = plan(&externally, &facts(vec![a()], None));
+        assert_eq!(p, Plan::status(StatusChange::Unchanged, Next::AwaitChange));
+
+        // Paused by its own annotation or by its Cluster: Paused, no labels.
+        for (c, owner) in [(&annotated, None), (&capi_managed(), Some(paused_owner()))] {
+            let p = plan(c, &facts(vec![a()], owner));
+            assert_eq!(labelled(&p), vec![], "paused clusters label nothing");
+            assert_eq!(p.next, Next::AwaitChange);
+            let paused = conditions::get(&written(&p).conditions, types::PAUSED).expect("Paused");
+            assert_eq!(paused.status, "True");
+            assert_eq!(ready(&p).0, "Unknown");
+        }
+
+        // Cluster API's: unlabelled Providers and their Secrets are labelled for
+        // `clusterctl move`, the Secret first (a missing one is not our failure).
+        let p = plan(&capi_managed(), &facts(vec![a(), b_labelled()], None));
+        assert_eq!(
+            labelled(&p),
+            vec![
+                ("Secret".into(), "vc-a-creds".into(), true),
+                ("Provider".into(), "vc-a".into(), false),
+            ]
+        );
+        assert_eq!(p.next, Next::SyncPeriod);
+        assert_eq!(written(&p).observed_generation, Some(2));
+        assert!(
+            conditions::get(&written(&p).conditions, types::PAUSED)
+                .is_none_or(|c| c.status == "False")
+        );
+        // A Provider without a Secret: the Provider alone.
+        let p = plan(
+            &capi_managed(),
+            &facts(vec![provider("vc-c", true, false, None)], None),
+        );
+        assert_eq!(
+            labelled(&p),
+            vec![("Provider".into(), "vc-c".into(), false)]
+        );
+
+        // Not Cluster API's: nothing to carry along.
+        let p = plan(&standalone, &facts(vec![a()], None));
+        assert_eq!(labelled(&p), vec![]);
+        assert_eq!(p.next, Next::SyncPeriod);
+
+        // Once written, the same facts plan the same status again.
+        let first = plan(&standalone, &facts(vec![a()], None));
+        let mut again = facts(vec![a()], None);
+        again.known = Some(written(&first).clone());
+        let second = plan(&standalone, &again);
+        let StatusChange::Merge { known, next } = &second.status else {
+            panic!("{second:?}");
+        };
+        assert_eq!(known.as_ref(), Some(next));
+    }
 }

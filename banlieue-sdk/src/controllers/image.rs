@@ -64,7 +64,9 @@ impl Reconciler for Images {
     type Facts = Facts;
     type Status = VMImageStatus;
 
-    const NAME: &'static str = "vmimage";
+    fn name(&self) -> &str {
+        "vmimage"
+    }
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
 
     /// Rows are applied server-side (several operators share them), so there is no
@@ -77,7 +79,7 @@ impl Reconciler for Images {
         Api::all(ctx.client.clone())
     }
 
-    async fn observe(&self, image: &Arc<VMImage>, ctx: &Arc<Context>) -> Facts {
+    async fn observe(&self, image: &Arc<VMImage>, ctx: &Arc<Context>) -> kube::Result<Facts> {
         // With the Provider cache unlisted, the image would read as served nowhere.
         ctx.stores_synced.wait().await;
         let mut rows = Vec::new();
@@ -88,11 +90,11 @@ impl Reconciler for Images {
             rows.push(look_up(image, &provider, ctx).await);
         }
         rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        Facts {
+        Ok(Facts {
             rows,
             namespace: ctx.settings.namespace.clone(),
             now: Time(k8s_openapi::jiff::Timestamp::now()),
-        }
+        })
     }
 
     fn plan(&self, image: &VMImage, facts: &Facts) -> Plan<VMImageStatus> {
@@ -186,7 +188,7 @@ fn plan(image: &VMImage, facts: &Facts) -> Plan<VMImageStatus> {
             at_most: Some(PROVIDER_RECHECK),
         },
     };
-    Plan { status, next }
+    Plan::status(status, next)
 }
 
 /// When a VMImage is looked at again, from the rows just computed.

@@ -28,7 +28,9 @@ impl<K: Namespaced + InfraTemplateRead> Reconciler for Templates<K> {
     type Facts = Option<MachineTemplateStatus>;
     type Status = MachineTemplateStatus;
 
-    const NAME: &'static str = "machinetemplate";
+    fn name(&self) -> &str {
+        "machinetemplate"
+    }
     const FIELD_MANAGER: &'static str = "banlieue-template";
 
     fn ledger(ctx: &Context) -> Option<&Written<MachineTemplateStatus>> {
@@ -42,12 +44,12 @@ impl<K: Namespaced + InfraTemplateRead> Reconciler for Templates<K> {
         )
     }
 
-    async fn observe(&self, template: &Arc<K>, ctx: &Arc<Context>) -> Self::Facts {
-        status_write::known(
+    async fn observe(&self, template: &Arc<K>, ctx: &Arc<Context>) -> kube::Result<Self::Facts> {
+        Ok(status_write::known(
             &ctx.written.templates,
             template.as_ref(),
             template.template_status(),
-        )
+        ))
     }
 
     fn plan(&self, template: &K, known: &Self::Facts) -> Plan<MachineTemplateStatus> {
@@ -61,13 +63,13 @@ fn plan(
     sizing: crate::capi::capacity::Sizing,
     known: &Option<MachineTemplateStatus>,
 ) -> Plan<MachineTemplateStatus> {
-    Plan {
-        status: StatusChange::Merge {
+    Plan::status(
+        StatusChange::Merge {
             known: known.clone(),
             next: template_status(known.as_ref(), sizing),
         },
-        next: Next::AwaitChange,
-    }
+        Next::AwaitChange,
+    )
 }
 
 pub(crate) async fn run<K>(

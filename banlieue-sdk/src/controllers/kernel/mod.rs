@@ -15,6 +15,7 @@
 
 mod next;
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
@@ -22,11 +23,12 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::Resource;
-use kube::api::Api;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::json;
 
 use super::context::{Context, key_of};
 use super::status_write;
@@ -34,13 +36,44 @@ use super::written::Written;
 
 pub(crate) use next::Next;
 
-/// What one reconcile decided: a value the executor carries out.
+/// What one reconcile decided: a value the executor carries out, in its order.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Plan<S> {
+    /// Other objects to change first.
+    pub edits: Vec<Edit>,
     /// The status to write.
     pub status: StatusChange<S>,
     /// When to look at the object again.
     pub next: Next,
+}
+
+impl<S> Plan<S> {
+    /// A plan that writes `status` and looks again as `next` says.
+    pub(crate) fn status(status: StatusChange<S>, next: Next) -> Self {
+        Plan {
+            edits: Vec::new(),
+            status,
+            next,
+        }
+    }
+}
+
+/// A change to another object than the one reconciled.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Edit {
+    /// Adds `labels` to an object (a merge patch of its labels).
+    Label {
+        /// The object's kind.
+        resource: ApiResource,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The labels to add.
+        labels: BTreeMap<String, String>,
+        /// A missing object is someone else's condition to report, not a failure.
+        missing_ok: bool,
+    },
 }
 
 /// The status part of a [`Plan`].
@@ -82,7 +115,7 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     type Status: Serialize + Clone + PartialEq + Send + Sync + 'static;
 
     /// The controller's name in metrics and logs.
-    const NAME: &'static str;
+    fn name(&self) -> &str;
     /// The field manager of its status writes.
     const FIELD_MANAGER: &'static str;
 
@@ -93,12 +126,13 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     /// The API the object's status is written through.
     fn api(ctx: &Context, object: &Self::Object) -> Api<Self::Object>;
 
-    /// Gathers what [`Reconciler::plan`] decides from.
+    /// Gathers what [`Reconciler::plan`] decides from: caches, this process's ledgers,
+    /// and what the controller's job is to ask (a backend, an object not cached).
     fn observe(
         &self,
         object: &Arc<Self::Object>,
         ctx: &Arc<Context>,
-    ) -> impl Future<Output = Self::Facts> + Send;
+    ) -> impl Future<Output = Result<Self::Facts, kube::Error>> + Send;
 
     /// Decides. Pure.
     fn plan(&self, object: &Self::Object, facts: &Self::Facts) -> Plan<Self::Status>;
@@ -111,19 +145,24 @@ pub(crate) async fn reconcile<R: Reconciler>(
     ctx: Arc<Context>,
 ) -> Result<Action, kube::Error> {
     let started = Instant::now();
-    let _worker = ctx.metrics.worker(R::NAME);
-    let facts = reconciler.observe(&object, &ctx).await;
+    let _worker = ctx.metrics.worker(reconciler.name());
+    let facts = reconciler.observe(&object, &ctx).await?;
     let plan = reconciler.plan(&object, &facts);
-    execute::<R>(&ctx, &object, plan, started).await
+    execute(reconciler, &ctx, &object, plan, started).await
 }
 
 /// Carries out `plan` for `object`.
 pub(crate) async fn execute<R: Reconciler>(
+    reconciler: &R,
     ctx: &Context,
     object: &R::Object,
     plan: Plan<R::Status>,
     started: Instant,
 ) -> Result<Action, kube::Error> {
+    let name = reconciler.name();
+    for edit in &plan.edits {
+        carry_out(ctx, edit).await?;
+    }
     let api = R::api(ctx, object);
     match plan.status {
         StatusChange::Merge { known, next } => {
@@ -132,25 +171,45 @@ pub(crate) async fn execute<R: Reconciler>(
                 &api,
                 object,
                 R::ledger(ctx),
-                (R::FIELD_MANAGER, R::NAME),
+                (R::FIELD_MANAGER, name),
                 known.as_ref(),
                 next,
             )
             .await?;
         }
         StatusChange::Shared { manager, status } => {
-            status_write::apply(ctx, &api, object, (&manager, R::NAME), &status).await?;
+            status_write::apply(ctx, &api, object, (&manager, name), &status).await?;
         }
         StatusChange::Unchanged => {}
     }
-    ctx.metrics
-        .reconciled(R::NAME, "success", started.elapsed());
+    ctx.metrics.reconciled(name, "success", started.elapsed());
     let key = key_of(object);
     Ok(plan.next.action(
         ctx.settings.sync_period,
         || ctx.backoff(&key),
         || ctx.succeeded(&key),
     ))
+}
+
+async fn carry_out(ctx: &Context, edit: &Edit) -> Result<(), kube::Error> {
+    match edit {
+        Edit::Label {
+            resource,
+            namespace,
+            name,
+            labels,
+            missing_ok,
+        } => {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), namespace, resource);
+            let patch = Patch::Merge(json!({"metadata": {"labels": labels}}));
+            match api.patch(name, &PatchParams::default(), &patch).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(status)) if *missing_ok && status.code == 404 => Ok(()),
+                Err(error) => Err(error),
+            }
+        }
+    }
 }
 
 /// The one error policy: a write that raced a stale cache is retried at once; any
@@ -179,6 +238,7 @@ pub(crate) async fn drive<R: Reconciler>(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let reconciler = Arc::new(reconciler);
+    let policy = reconciler.clone();
     controller
         .graceful_shutdown_on(shutdown)
         .run(
@@ -186,7 +246,7 @@ pub(crate) async fn drive<R: Reconciler>(
                 let reconciler = reconciler.clone();
                 async move { reconcile(reconciler.as_ref(), object, ctx).await }
             },
-            |object, error, ctx| error_policy(R::NAME, object.as_ref(), error, &ctx),
+            move |object, error, ctx| error_policy(policy.name(), object.as_ref(), error, &ctx),
             ctx,
         )
         .for_each(|_| futures::future::ready(()))
