@@ -242,6 +242,8 @@ fn plan<K: InfraCluster>(cluster: &K, facts: &Facts) -> Plan<ClusterStatus> {
         .count();
     Plan {
         edits,
+        events: Vec::new(),
+        release: false,
         status: status(ClusterOutcome::Aggregated {
             failure_domains: &failure_domains,
             providers: facts.providers.len(),
@@ -365,14 +367,15 @@ mod tests {
     fn labelled(plan: &Plan<ClusterStatus>) -> Vec<(String, String, bool)> {
         plan.edits
             .iter()
-            .map(
-                |Edit::Label {
-                     resource,
-                     name,
-                     missing_ok,
-                     ..
-                 }| { (resource.kind.clone(), name.clone(), *missing_ok) },
-            )
+            .map(|edit| match edit {
+                Edit::Label {
+                    resource,
+                    name,
+                    missing_ok,
+                    ..
+                } => (resource.kind.clone(), name.clone(), *missing_ok),
+                other => panic!("an InfraCluster only labels: {other:?}"),
+            })
             .collect()
     }
 

@@ -26,7 +26,6 @@ use serde_json::json;
 
 use super::ORPHAN_BACKEND_ANNOTATION;
 use super::context::Context;
-use crate::api::Provider;
 use crate::contract::InfraMachineRead;
 
 /// Reason of the Events naming a backend VM left behind.
@@ -92,7 +91,7 @@ impl LeftBehind {
     }
 
     /// The machine, as an Event's `related` object.
-    fn reference(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+    pub(crate) fn reference(&self) -> k8s_openapi::api::core::v1::ObjectReference {
         k8s_openapi::api::core::v1::ObjectReference {
             api_version: Some(format!(
                 "{}/{}",
@@ -126,7 +125,7 @@ impl LeftBehind {
     }
 
     /// Logs it as left behind, by `by` (what asked).
-    fn log(&self, by: &str) {
+    pub(crate) fn log(&self, by: &str) {
         tracing::warn!(
             provider_id = self.provider_id.as_deref().unwrap_or(""),
             backend_ref = self.backend_ref.as_deref().unwrap_or(""),
@@ -178,34 +177,6 @@ where
         machine_note(&left),
     )
     .await;
-}
-
-/// A Provider asked to go while machines are still on it: names every VM it leaves
-/// (one Event on the Provider each, and a log line), and passes the annotation to the
-/// machines already being deleted, which would otherwise wait for it forever.
-pub(crate) async fn abandon_provider(
-    provider: &Provider,
-    ctx: &Context,
-) -> Result<(), kube::Error> {
-    let namespace = provider.namespace().unwrap_or_default();
-    let name = provider.name_any();
-    let left = ctx.stores.left_on(&namespace, &name);
-    for vm in &left {
-        if vm.deleting {
-            mark(ctx, &vm.kind, &namespace, &vm.name).await?;
-        }
-        vm.log("provider");
-        ctx.event_related(
-            provider,
-            vm.reference(),
-            EventType::Warning,
-            ABANDONED,
-            "Delete",
-            provider_note(&name, vm),
-        )
-        .await;
-    }
-    Ok(())
 }
 
 /// Passes the annotation to infra machine `kind`/`name`, unless it is gone.

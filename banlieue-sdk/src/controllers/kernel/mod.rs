@@ -10,8 +10,11 @@
 //!   server-side apply), metrics, and the requeue, with per-object backoff. [`drive`]
 //!   runs a controller on it with the one error policy.
 //!
-//! Requeue decisions are data ([`Next`]), not error variants: an error here is a
-//! failure of the write, nothing else.
+//! Requeue decisions are data ([`Next`]), and so is keeping a deleted object's
+//! finalizer ([`Plan::release`]): an error here is a failed API call, nothing else.
+//! A controller with a finalizer names it ([`Reconciler::FINALIZER`]); the kernel adds
+//! it, and removes it when a plan for the deleted object says `release`, then lets the
+//! controller forget the object ([`Reconciler::released`]).
 
 mod next;
 
@@ -26,11 +29,14 @@ use kube::Resource;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::context::{Context, key_of};
+use super::orphan_backend::{self, LeftBehind};
 use super::status_write;
 use super::written::Written;
 
@@ -43,6 +49,10 @@ pub(crate) struct Plan<S> {
     pub edits: Vec<Edit>,
     /// The status to write.
     pub status: StatusChange<S>,
+    /// Events to publish on the object, after the status.
+    pub events: Vec<Note>,
+    /// For an object being deleted: its finalizer may go (after everything above).
+    pub release: bool,
     /// When to look at the object again.
     pub next: Next,
 }
@@ -53,9 +63,32 @@ impl<S> Plan<S> {
         Plan {
             edits: Vec::new(),
             status,
+            events: Vec::new(),
+            release: false,
             next,
         }
     }
+
+    /// A plan that lets a deleted object's finalizer go, and nothing else.
+    pub(crate) fn release() -> Self {
+        Plan {
+            release: true,
+            ..Plan::status(StatusChange::Unchanged, Next::AwaitChange)
+        }
+    }
+}
+
+/// An Event on the reconciled object.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Note {
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// Its reason (CamelCase).
+    pub reason: String,
+    /// What the controller was doing.
+    pub action: &'static str,
+    /// For people.
+    pub note: String,
 }
 
 /// A change to another object than the one reconciled.
@@ -73,6 +106,15 @@ pub(crate) enum Edit {
         labels: BTreeMap<String, String>,
         /// A missing object is someone else's condition to report, not a failure.
         missing_ok: bool,
+    },
+    /// Leaves a backend VM behind (the orphan-backend escape hatch): passes the
+    /// annotation to its infra machine if that is being deleted, logs a line naming
+    /// the VM, and puts a Warning Event naming it on the reconciled object.
+    Abandon {
+        /// The VM left.
+        left: LeftBehind,
+        /// The Event's note.
+        note: String,
     },
 }
 
@@ -104,6 +146,7 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     /// The kind reconciled.
     type Object: Resource<DynamicType = ()>
         + Clone
+        + Serialize
         + DeserializeOwned
         + Debug
         + Send
@@ -114,8 +157,16 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     /// The kind's status.
     type Status: Serialize + Clone + PartialEq + Send + Sync + 'static;
 
+    /// The finalizer the controller keeps on its objects, if any.
+    const FINALIZER: Option<&'static str> = None;
+
     /// The controller's name in metrics and logs.
     fn name(&self) -> &str;
+
+    /// Forgets what this process kept about `object`, once its finalizer is gone.
+    fn released(&self, ctx: &Context, object: &Self::Object) {
+        let _ = (ctx, object);
+    }
     /// The field manager of its status writes.
     const FIELD_MANAGER: &'static str;
 
@@ -138,17 +189,76 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     fn plan(&self, object: &Self::Object, facts: &Self::Facts) -> Plan<Self::Status>;
 }
 
-/// Observes, plans and executes one reconcile of `object`.
+/// Why a reconcile did not end in an action.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// An API call failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// Not a failure: the deleted object keeps its finalizer (its plan did not release
+    /// it), and is looked at again as this says. kube's finalizer helper removes the
+    /// finalizer on any `Ok`, so keeping it travels as this value.
+    #[error("keeps its finalizer")]
+    Kept(Action),
+    /// Adding or removing the finalizer failed, or a plan's effects did.
+    #[error(transparent)]
+    Finalizer(Box<finalizer::Error<Error>>),
+}
+
+/// Observes, plans and executes one reconcile of `object`; adds and removes its
+/// finalizer when the controller keeps one.
 pub(crate) async fn reconcile<R: Reconciler>(
     reconciler: &R,
     object: Arc<R::Object>,
     ctx: Arc<Context>,
-) -> Result<Action, kube::Error> {
+) -> Result<Action, Error> {
     let started = Instant::now();
     let _worker = ctx.metrics.worker(reconciler.name());
-    let facts = reconciler.observe(&object, &ctx).await?;
-    let plan = reconciler.plan(&object, &facts);
-    execute(reconciler, &ctx, &object, plan, started).await
+    let Some(name) = R::FINALIZER else {
+        return once(reconciler, &object, &ctx, started)
+            .await
+            .map(|(action, _)| action);
+    };
+    let api = R::api(&ctx, &object);
+    let result = finalizer(&api, name, object.clone(), |event| async {
+        match event {
+            finalizer::Event::Apply(object) => once(reconciler, &object, &ctx, started)
+                .await
+                .map(|(action, _)| action),
+            finalizer::Event::Cleanup(object) => {
+                match once(reconciler, &object, &ctx, started).await? {
+                    (action, true) => Ok(action),
+                    (action, false) => Err(Error::Kept(action)),
+                }
+            }
+        }
+    })
+    .await;
+    match result {
+        Ok(action) => {
+            if object.meta().deletion_timestamp.is_some() {
+                reconciler.released(&ctx, &object);
+            }
+            Ok(action)
+        }
+        Err(finalizer::Error::CleanupFailed(Error::Kept(action))) => Err(Error::Kept(action)),
+        Err(error) => Err(Error::Finalizer(Box::new(error))),
+    }
+}
+
+/// One observe → plan → execute; the action, and whether the plan released the
+/// finalizer.
+async fn once<R: Reconciler>(
+    reconciler: &R,
+    object: &Arc<R::Object>,
+    ctx: &Arc<Context>,
+    started: Instant,
+) -> Result<(Action, bool), Error> {
+    let facts = reconciler.observe(object, ctx).await?;
+    let plan = reconciler.plan(object, &facts);
+    let release = plan.release;
+    let action = execute(reconciler, ctx, object, plan, started).await?;
+    Ok((action, release))
 }
 
 /// Carries out `plan` for `object`.
@@ -161,7 +271,7 @@ pub(crate) async fn execute<R: Reconciler>(
 ) -> Result<Action, kube::Error> {
     let name = reconciler.name();
     for edit in &plan.edits {
-        carry_out(ctx, edit).await?;
+        carry_out(ctx, object, name, edit).await?;
     }
     let api = R::api(ctx, object);
     match plan.status {
@@ -182,6 +292,10 @@ pub(crate) async fn execute<R: Reconciler>(
         }
         StatusChange::Unchanged => {}
     }
+    for event in plan.events {
+        ctx.event(object, event.type_, &event.reason, event.action, event.note)
+            .await;
+    }
     ctx.metrics.reconciled(name, "success", started.elapsed());
     let key = key_of(object);
     Ok(plan.next.action(
@@ -191,8 +305,29 @@ pub(crate) async fn execute<R: Reconciler>(
     ))
 }
 
-async fn carry_out(ctx: &Context, edit: &Edit) -> Result<(), kube::Error> {
+async fn carry_out<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    object: &K,
+    controller: &str,
+    edit: &Edit,
+) -> Result<(), kube::Error> {
     match edit {
+        Edit::Abandon { left, note } => {
+            if left.deleting {
+                orphan_backend::mark(ctx, &left.kind, &left.namespace, &left.name).await?;
+            }
+            left.log(controller);
+            ctx.event_related(
+                object,
+                left.reference(),
+                EventType::Warning,
+                orphan_backend::ABANDONED,
+                "Delete",
+                note.clone(),
+            )
+            .await;
+            Ok(())
+        }
         Edit::Label {
             resource,
             namespace,
@@ -212,17 +347,29 @@ async fn carry_out(ctx: &Context, edit: &Edit) -> Result<(), kube::Error> {
     }
 }
 
-/// The one error policy: a write that raced a stale cache is retried at once; any
-/// other failure with the object's backoff.
+/// The one error policy: a kept finalizer is looked at again as its plan said; a
+/// write that raced a stale cache is retried at once; any other failure with the
+/// object's backoff.
 pub(crate) fn error_policy<K: Resource<DynamicType = ()>>(
     name: &str,
     object: &K,
-    error: &kube::Error,
+    error: &Error,
     ctx: &Context,
 ) -> Action {
+    if let Error::Kept(action) = error {
+        return action.clone();
+    }
     let key = key_of(object);
     ctx.metrics.reconciled(name, "error", Duration::ZERO);
-    if super::expected::kube_race(error) {
+    let race = match error {
+        Error::Kube(error) => super::expected::kube_race(error),
+        Error::Finalizer(error) => super::expected::race(error, |e| match e {
+            Error::Kube(e) => Some(e),
+            _ => None,
+        }),
+        Error::Kept(_) => false,
+    };
+    if race {
         tracing::debug!(controller = name, object = %key, %error, "reconcile raced a stale cache; retrying");
         return Action::requeue(super::expected::RETRY_RACE);
     }

@@ -13,6 +13,9 @@ pub(crate) enum Next {
     SyncPeriod,
     /// Settled, and nothing but a change to it (or to what it watches) matters.
     AwaitChange,
+    /// Again after this long, whatever happened before: a condition that is polled, not
+    /// a failure (its backoff is left as it is).
+    After(Duration),
     /// Not settled: again after the object's backoff (1 s, 2 s, … at most a sync
     /// period, and at most `at_most` when given), sparing whatever it waits on.
     Backoff {
@@ -39,6 +42,7 @@ impl Next {
                 settle();
                 Action::await_change()
             }
+            Next::After(wait) => Action::requeue(wait),
             Next::Backoff { at_most } => {
                 let wait = backoff().min(sync_period);
                 Action::requeue(at_most.map_or(wait, |bound| wait.min(bound)))
@@ -60,6 +64,7 @@ mod tests {
         let cases = [
             (Next::SyncPeriod, s(4), Action::requeue(s(600)), false, true),
             (Next::AwaitChange, s(4), Action::await_change(), false, true),
+            (Next::After(s(2)), s(4), Action::requeue(s(2)), false, false),
             (
                 Next::Backoff { at_most: None },
                 s(4),
