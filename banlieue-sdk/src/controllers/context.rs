@@ -14,7 +14,7 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::sync::oneshot;
 
 use super::backends::BackendCache;
-use super::kinds::Slot;
+use super::machine_cache::{ClaimRank, LeftBehind, MachineSummary, Slot};
 use super::placements::Placements;
 use super::written::Written;
 use super::{Metrics, Readiness, Settings, watch};
@@ -32,98 +32,7 @@ pub(crate) struct Stores {
     pub classes: Store<VMClass>,
     pub images: Store<VMImage>,
     /// Every registered infra machine kind's cache (see [`super::kinds`]).
-    pub machines: Vec<Arc<dyn Slot>>,
-}
-
-/// An infra machine of any kind, reduced to what failure-domain spreading needs.
-pub(crate) struct MachineSummary {
-    pub uid: String,
-    pub namespace: Option<String>,
-    pub labels: std::collections::BTreeMap<String, String>,
-    pub failure_domain: Option<String>,
-}
-
-pub(crate) fn summaries<K>(store: &Store<K>) -> impl Iterator<Item = MachineSummary> + use<K>
-where
-    K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead + Clone + 'static,
-{
-    store.state().into_iter().map(|m| MachineSummary {
-        uid: m.uid().unwrap_or_default(),
-        namespace: m.namespace(),
-        labels: m.labels().clone(),
-        failure_domain: m.machine_status().and_then(|s| s.failure_domain.clone()),
-    })
-}
-
-/// The cached infra machines of `store` in `namespace` that run, or may run, on
-/// Provider `provider`: named by `spec.providerRef`, or (CAPI machines) landed in one
-/// of its failure domains.
-pub(crate) fn machines_on_provider<'a, K>(
-    store: &Store<K>,
-    namespace: &'a str,
-    provider: &'a str,
-) -> impl Iterator<Item = Arc<K>> + use<'a, K>
-where
-    K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead + Clone + 'static,
-{
-    store
-        .state()
-        .into_iter()
-        .filter(move |m| m.namespace().as_deref() == Some(namespace))
-        .filter(move |m| {
-            m.provider_ref().is_some_and(|r| r.name == provider)
-                || m.machine_status()
-                    .and_then(|s| s.failure_domain.as_deref())
-                    .and_then(crate::capi::failure_domains::split_name)
-                    .is_some_and(|(p, _)| p == provider)
-        })
-}
-
-/// [`machines_on_provider`], as `Kind/name`.
-pub(crate) fn on_provider<K>(store: &Store<K>, namespace: &str, provider: &str) -> Vec<String>
-where
-    K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead + Clone + 'static,
-{
-    machines_on_provider(store, namespace, provider)
-        .map(|m| format!("{}/{}", K::kind(&()), m.name_any()))
-        .collect()
-}
-
-/// How a machine claiming a provider ID ranks: a provisioned machine (the backend gave
-/// it the ID) before one that was only given it, then the older, then by name.
-pub(crate) type ClaimRank = (bool, Option<k8s_openapi::jiff::Timestamp>, String);
-
-/// The rank of a machine's claim on its provider ID (see [`ClaimRank`]).
-pub(crate) fn claim_rank<K>(machine: &K) -> ClaimRank
-where
-    K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead,
-{
-    let provisioned = machine
-        .machine_status()
-        .and_then(|s| s.initialization.as_ref())
-        .and_then(|i| i.provisioned)
-        .unwrap_or(false);
-    (
-        !provisioned,
-        machine.meta().creation_timestamp.as_ref().map(|t| t.0),
-        format!(
-            "{}/{}/{}",
-            K::kind(&()),
-            machine.namespace().unwrap_or_default(),
-            machine.name_any()
-        ),
-    )
-}
-
-/// Whether `machine`, cached, claims provider ID `id` against the machine `uid`: it is
-/// another machine, has that ID, and is not being deleted.
-pub(crate) fn claims<K>(machine: &K, id: &str, uid: &str) -> bool
-where
-    K: Resource<DynamicType = ()> + crate::contract::InfraMachineRead,
-{
-    machine.provider_id() == Some(id)
-        && machine.uid().as_deref() != Some(uid)
-        && machine.meta().deletion_timestamp.is_none()
+    pub machines: Vec<Arc<dyn Slot<Context>>>,
 }
 
 impl Stores {
@@ -154,11 +63,7 @@ impl Stores {
 
     /// The backend VMs of the infra machines on Provider `provider` of `namespace`, as
     /// they would be left behind (see [`super::orphan_backend`]).
-    pub fn left_on(
-        &self,
-        namespace: &str,
-        provider: &str,
-    ) -> Vec<super::orphan_backend::LeftBehind> {
+    pub fn left_on(&self, namespace: &str, provider: &str) -> Vec<LeftBehind> {
         self.machines
             .iter()
             .flat_map(|kind| kind.left_on(namespace, provider))

@@ -4,10 +4,9 @@
 //! controller's children, and the lookups every reconciler makes across kinds. Kinds
 //! are type-erased here, once, so nothing else lists them.
 
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use futures::future::{BoxFuture, Shared};
+use futures::future::BoxFuture;
 use kube::Client;
 use kube::runtime::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -15,24 +14,23 @@ use tokio::sync::oneshot;
 
 use super::Settings;
 use super::claims::ProviderIds;
-use super::context::{
-    ClaimRank, Context, MachineSummary, claim_rank, claims, machines_on_provider, on_provider,
-    summaries,
-};
+use super::context::Context;
 use super::feed::{self, MachineFeeds, Subscriber, Subscription, machine_feeds};
-use super::infra::{Existing, existing};
+use super::machine_cache::{
+    ClaimRank, Existing, LeftBehind, MachineSummary, Slot, claim_rank, claims, existing,
+    machines_on_provider, on_provider, summaries,
+};
 use super::watch;
 use crate::api::VirtualMachine;
 use crate::backend::MachineSpec;
 use crate::contract::{InfraMachineKind, MachineKind};
 
-/// The shutdown signal every controller shares.
-pub(crate) type Shutdown = Shared<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>;
+pub(crate) use super::machine_cache::Shutdown;
 
 /// How the runtime makes a kind's [`Slot`] (kept in the kind table's entry).
 #[derive(Clone, Copy)]
 pub(crate) struct Runtime {
-    slot: fn() -> Arc<dyn Slot>,
+    slot: fn() -> Arc<dyn Slot<Context>>,
 }
 
 impl Runtime {
@@ -43,39 +41,9 @@ impl Runtime {
     }
 
     /// A new slot: an empty cache and the subscriptions its watch will feed.
-    pub(crate) fn slot(&self) -> Arc<dyn Slot> {
+    pub(crate) fn slot(&self) -> Arc<dyn Slot<Context>> {
         (self.slot)()
     }
-}
-
-/// One registered machine kind at run time.
-pub(crate) trait Slot: Send + Sync {
-    /// Which kind.
-    fn kind(&self) -> InfraMachineKind;
-    /// The cached machine `namespace/name`, when the VM `owner_uid` owns it.
-    fn find(&self, namespace: &str, name: &str, owner_uid: &str) -> Option<Existing>;
-    /// The cached machine's spec as its backend receives it.
-    fn backend_spec(&self, namespace: &str, name: &str) -> Option<MachineSpec>;
-    /// The cached machines other than `uid` that claim provider ID `id`, ranked.
-    fn claiming(&self, id: &str, uid: &str) -> Vec<ClaimRank>;
-    /// The cached machines (`Kind/name`) on Provider `provider` of `namespace`.
-    fn on_provider(&self, namespace: &str, provider: &str) -> Vec<String>;
-    /// The cached machines on Provider `provider` of `namespace`, as the backend VMs
-    /// they would leave behind (see [`super::orphan_backend`]).
-    fn left_on(&self, namespace: &str, provider: &str) -> Vec<super::orphan_backend::LeftBehind>;
-    /// Every cached machine, reduced for failure-domain spreading.
-    fn summaries(&self) -> Vec<MachineSummary>;
-    /// The kind's shared watch, which feeds the cache and the subscriptions, and the
-    /// signal that it has listed once. `None` after the first call.
-    fn feed(
-        &self,
-        client: &Client,
-        settings: &Settings,
-    ) -> Option<(BoxFuture<'static, ()>, oneshot::Receiver<()>)>;
-    /// The kind's controllers. Empty after the first call.
-    fn controllers(&self, ctx: Arc<Context>, shutdown: Shutdown) -> Vec<BoxFuture<'static, ()>>;
-    /// `controller`, also woken by this kind's machines (their owner is a VM).
-    fn owned_by(&self, controller: Controller<VirtualMachine>) -> Controller<VirtualMachine>;
 }
 
 /// A kind's cache, and what is handed out once: the watch's writer and subscribers,
@@ -93,7 +61,7 @@ struct Typed<K: MachineKind> {
 /// A kind's watch before it starts: the cache's writer and whom it feeds.
 type Watch<K> = (reflector::store::Writer<K>, Vec<Subscriber<K>>);
 
-fn new_slot<K: MachineKind>() -> Arc<dyn Slot> {
+fn new_slot<K: MachineKind>() -> Arc<dyn Slot<Context>> {
     let (store, writer) = reflector::store();
     let (
         subscribers,
@@ -119,7 +87,7 @@ impl<K: MachineKind> Typed<K> {
     }
 }
 
-impl<K: MachineKind> Slot for Typed<K> {
+impl<K: MachineKind> Slot<Context> for Typed<K> {
     fn kind(&self) -> InfraMachineKind {
         K::KIND
     }
@@ -147,9 +115,9 @@ impl<K: MachineKind> Slot for Typed<K> {
         on_provider(&self.store, namespace, provider)
     }
 
-    fn left_on(&self, namespace: &str, provider: &str) -> Vec<super::orphan_backend::LeftBehind> {
+    fn left_on(&self, namespace: &str, provider: &str) -> Vec<LeftBehind> {
         machines_on_provider(&self.store, namespace, provider)
-            .map(|m| super::orphan_backend::LeftBehind::of(m.as_ref(), provider))
+            .map(|m| LeftBehind::of(m.as_ref(), provider))
             .collect()
     }
 

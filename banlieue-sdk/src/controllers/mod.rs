@@ -43,6 +43,7 @@ mod infra;
 mod kernel;
 pub(crate) mod kinds;
 mod machine;
+mod machine_cache;
 mod metrics;
 mod object;
 mod orphan_backend;

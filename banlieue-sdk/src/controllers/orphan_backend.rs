@@ -19,13 +19,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::ORPHAN_BACKEND_ANNOTATION;
 use super::context::Context;
+pub(crate) use super::machine_cache::LeftBehind;
 use crate::contract::InfraMachineRead;
 
 /// Reason of the Events naming a backend VM left behind.
@@ -44,100 +44,6 @@ pub(crate) fn requested_in(annotations: &BTreeMap<String, String>) -> bool {
 /// Whether the object asks to leave its backend behind.
 pub(crate) fn requested(meta: &ObjectMeta) -> bool {
     meta.annotations.as_ref().is_some_and(requested_in)
-}
-
-/// A backend VM left behind, as a human finds it again.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct LeftBehind {
-    /// The infra machine's kind.
-    pub kind: String,
-    /// Its namespace.
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
-    /// Its UID (the backend's key for the VM: libvirt domain UUID, the VM's
-    /// `banlieue.io` tag or description on vSphere and Proxmox).
-    pub uid: String,
-    /// `spec.providerID`, when the backend reported one.
-    pub provider_id: Option<String>,
-    /// `status.backendRef`: moref, `node/vmid`, domain name, API socket.
-    pub backend_ref: Option<String>,
-    /// The Provider it ran on (empty when unknown).
-    pub provider: String,
-    /// Whether the machine is being deleted.
-    pub deleting: bool,
-}
-
-impl LeftBehind {
-    /// What `machine` leaves behind on Provider `provider`.
-    pub fn of<K>(machine: &K, provider: &str) -> Self
-    where
-        K: InfraMachineRead + kube::Resource<DynamicType = ()>,
-    {
-        let status = machine.machine_status();
-        Self {
-            kind: K::kind(&()).into_owned(),
-            namespace: machine.namespace().unwrap_or_default(),
-            name: machine.name_any(),
-            uid: machine.uid().unwrap_or_default(),
-            provider_id: machine
-                .provider_id()
-                .filter(|id| !id.is_empty())
-                .map(str::to_owned),
-            backend_ref: status.and_then(|s| s.backend_ref.clone()),
-            provider: provider.to_owned(),
-            deleting: machine.meta().deletion_timestamp.is_some(),
-        }
-    }
-
-    /// The machine, as an Event's `related` object.
-    pub(crate) fn reference(&self) -> k8s_openapi::api::core::v1::ObjectReference {
-        k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some(format!(
-                "{}/{}",
-                crate::api::INFRA_GROUP,
-                crate::api::VERSION
-            )),
-            kind: Some(self.kind.clone()),
-            namespace: Some(self.namespace.clone()),
-            name: Some(self.name.clone()),
-            uid: Some(self.uid.clone()),
-            ..Default::default()
-        }
-    }
-
-    /// One line naming the VM: what to search for on the hypervisor.
-    pub fn describe(&self) -> String {
-        format!(
-            "providerID {}, backend {}, Provider {}, machine {}/{}/{} (UID {})",
-            self.provider_id.as_deref().unwrap_or("(none recorded)"),
-            self.backend_ref.as_deref().unwrap_or("(none recorded)"),
-            if self.provider.is_empty() {
-                "(unknown)"
-            } else {
-                &self.provider
-            },
-            self.kind,
-            self.namespace,
-            self.name,
-            self.uid
-        )
-    }
-
-    /// Logs it as left behind, by `by` (what asked).
-    pub(crate) fn log(&self, by: &str) {
-        tracing::warn!(
-            provider_id = self.provider_id.as_deref().unwrap_or(""),
-            backend_ref = self.backend_ref.as_deref().unwrap_or(""),
-            provider = %self.provider,
-            kind = %self.kind,
-            namespace = %self.namespace,
-            name = %self.name,
-            uid = %self.uid,
-            by,
-            "backend VM abandoned ({ORPHAN_BACKEND_ANNOTATION}): it is not deleted and no longer managed; delete it on the hypervisor by hand if it should go"
-        );
-    }
 }
 
 /// The note of the Event on a machine that lets go without its backend delete.

@@ -896,7 +896,7 @@ const PROVIDER_ID_IN_USE: &str = "ProviderIDInUse";
 /// on every resync of a settled machine.
 fn elder_claimant<K: Machine>(machine: &K, ctx: &Context) -> Option<String> {
     let id = machine.provider_id().filter(|id| !id.is_empty())?;
-    let rank = super::context::claim_rank(machine);
+    let rank = super::machine_cache::claim_rank(machine);
     let provisioned = !rank.0;
     if provisioned && machine.meta().deletion_timestamp.is_none() {
         return None;
