@@ -1,9 +1,9 @@
 //! The Kubernetes client: kubeconfig discovery plus client-side rate limiting (an
 //! adaptive token bucket with kube's retry policy around it, [`KubeApiLayer`]).
 
+use crate::Error;
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use http::HeaderValue;
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -24,7 +24,8 @@ pub const DEFAULT_KUBE_API_BURST: u32 = 1000;
 /// The `User-Agent` of the operator's requests: `banlieue/<version>`.
 pub const USER_AGENT: &str = concat!("banlieue/", env!("CARGO_PKG_VERSION"));
 
-/// How to reach the apiserver.
+/// How to reach the apiserver. The default infers the kubeconfig (in-cluster,
+/// `$KUBECONFIG`, `~/.kube/config`) and uses `banlieue run`'s QPS and burst.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
     /// `--kubeconfig`; `None` infers it as kube does (in-cluster service account,
@@ -36,20 +37,33 @@ pub struct ClientConfig {
     pub burst: u32,
 }
 
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            kubeconfig: None,
+            qps: DEFAULT_KUBE_API_QPS,
+            burst: DEFAULT_KUBE_API_BURST,
+        }
+    }
+}
+
 /// Builds the client, its request counts registered in `registry`. Logs the apiserver
 /// URL, never the credentials.
-pub async fn build(config: &ClientConfig, registry: &mut Registry) -> anyhow::Result<Client> {
+pub async fn build(config: &ClientConfig, registry: &mut Registry) -> crate::Result<Client> {
     let mut kube_config = match &config.kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+                .map_err(|e| Error::client(format!("reading kubeconfig {}", path.display()), e))?;
             Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+                .map_err(|e| Error::client(format!("loading kubeconfig {}", path.display()), e))?
         }
-        None => Config::infer()
-            .await
-            .context("finding a kubeconfig (in-cluster, $KUBECONFIG or ~/.kube/config)")?,
+        None => Config::infer().await.map_err(|e| {
+            Error::client(
+                "finding a kubeconfig (in-cluster, $KUBECONFIG or ~/.kube/config)",
+                e,
+            )
+        })?,
     };
     // Writes that name no field manager (the finalizer patches of kube's `finalizer`
     // helper) are recorded under the User-Agent's product name; without one, as
@@ -70,7 +84,7 @@ pub async fn build(config: &ClientConfig, registry: &mut Registry) -> anyhow::Re
         .unwrap_or_default();
     // Innermost: every request sent counts, each retry included.
     let client = ClientBuilder::try_from(kube_config)
-        .context("building the kubernetes client")?
+        .map_err(|e| Error::client("building the kubernetes client", e))?
         .with_layer(&RequestMetricsLayer::new(registry, host))
         .with_layer(&KubeApiLayer::new(config.qps, config.burst))
         .build();

@@ -37,7 +37,7 @@ pub async fn serve(
     addr: SocketAddr,
     readiness: Readiness,
     leader: Option<LeaderStatus>,
-) -> anyhow::Result<SocketAddr> {
+) -> crate::Result<SocketAddr> {
     let app = Router::new()
         .route("/healthz", get(|| async { (StatusCode::OK, "ok") }))
         .route(

@@ -29,7 +29,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
@@ -50,6 +49,18 @@ pub struct LeaderConfig {
 }
 
 impl LeaderConfig {
+    /// Election on Lease `lease_name` in `namespace`, with `banlieue run`'s default
+    /// timings (15 s lease, 10 s renew deadline, 2 s retry period), as client-go's.
+    pub fn new(lease_name: impl Into<String>, namespace: impl Into<String>) -> Self {
+        Self {
+            lease_name: lease_name.into(),
+            namespace: namespace.into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
     /// kube-lease-manager's `(duration, grace)` in whole seconds, or why the timing
     /// flags do not fit together.
     pub fn lease_seconds(&self) -> Result<(u64, u64), String> {
@@ -133,8 +144,8 @@ impl LeaderElection {
         client: kube::Client,
         config: &LeaderConfig,
         status: LeaderStatus,
-    ) -> anyhow::Result<Self> {
-        let (duration, grace) = config.lease_seconds().map_err(anyhow::Error::msg)?;
+    ) -> crate::Result<Self> {
+        let (duration, grace) = config.lease_seconds().map_err(crate::Error::Leader)?;
         let identity = identity();
         let manager = build_manager(&client, config, &identity).await?;
         tracing::info!(
@@ -240,8 +251,8 @@ async fn build_manager(
     client: &kube::Client,
     config: &LeaderConfig,
     identity: &str,
-) -> anyhow::Result<LeaseManager> {
-    let (duration, grace) = config.lease_seconds().map_err(anyhow::Error::msg)?;
+) -> crate::Result<LeaseManager> {
+    let (duration, grace) = config.lease_seconds().map_err(crate::Error::Leader)?;
     LeaseManagerBuilder::new(client.clone(), &config.lease_name)
         .with_namespace(&config.namespace)
         .with_identity(identity)
@@ -251,7 +262,12 @@ async fn build_manager(
         // server-side apply conflicts between replicas are what make the lock safe.
         .build()
         .await
-        .with_context(|| format!("preparing Lease {}/{}", config.namespace, config.lease_name))
+        .map_err(|e| {
+            crate::Error::Leader(format!(
+                "preparing Lease {}/{}: {e}",
+                config.namespace, config.lease_name
+            ))
+        })
 }
 
 /// `<hostname>_<random>`: the pod name in a cluster, unique per process.

@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod diagnostics;
+mod error;
 pub mod health;
 mod http;
 pub mod leader;
@@ -20,4 +21,5 @@ pub mod rate_limit;
 pub mod request_metrics;
 pub mod shutdown;
 
+pub use error::{Error, Result};
 pub use manager::{RunConfig, run};

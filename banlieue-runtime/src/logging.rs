@@ -11,18 +11,48 @@
 use std::io::IsTerminal as _;
 
 use banlieue_sdk::scrub::ScrubbedWriter;
-use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// How log lines look.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LogFormat {
     /// Human-readable lines.
     #[default]
     Plain,
     /// One JSON object per line, fields flattened (for log collectors).
     Json,
+}
+
+impl LogFormat {
+    /// Every format, as `--log-format` takes them.
+    pub const ALL: [LogFormat; 2] = [LogFormat::Plain, LogFormat::Json];
+
+    /// The format's name (`plain`, `json`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Plain => "plain",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+impl std::fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    /// `plain` or `json` (any case), so a CLI of any kind takes `--log-format`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        LogFormat::ALL
+            .into_iter()
+            .find(|f| f.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("{s:?} is not a log format: plain or json"))
+    }
 }
 
 /// The filter directives in effect: `--log-level`, else `RUST_LOG`, else `info`.
@@ -78,14 +108,14 @@ impl Default for Logging {
 
 impl Logging {
     /// Installs the logger when it is ours to install.
-    pub fn apply(&self) -> anyhow::Result<()> {
+    pub fn apply(&self) -> crate::Result<()> {
         match self {
             Self::Install { format, directives } => init(*format, directives).map_err(|e| {
-                e.context(
-                    "a global logger is already installed: to keep yours, set \
+                crate::Error::Logging(format!(
+                    "{e}: a global logger may already be installed: to keep yours, set \
                      RunConfig.logging to Logging::Installed (and write through \
-                     logging::scrubbed_stderr so credentials stay out of it)",
-                )
+                     logging::scrubbed_stderr so credentials stay out of it)"
+                ))
             }),
             Self::Installed => Ok(()),
         }
@@ -93,8 +123,10 @@ impl Logging {
 }
 
 /// Installs the global subscriber.
-pub fn init(format: LogFormat, directives: &str) -> anyhow::Result<()> {
-    let filter = EnvFilter::builder().parse(directives)?;
+pub fn init(format: LogFormat, directives: &str) -> crate::Result<()> {
+    let filter = EnvFilter::builder()
+        .parse(directives)
+        .map_err(|e| crate::Error::Logging(format!("log filter {directives:?}: {e}")))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(scrubbed_stderr())
@@ -107,7 +139,7 @@ pub fn init(format: LogFormat, directives: &str) -> anyhow::Result<()> {
             .with_current_span(false)
             .try_init(),
     };
-    result.map_err(|e| anyhow::anyhow!("installing the logger: {e}"))
+    result.map_err(|e| crate::Error::Logging(format!("installing the logger: {e}")))
 }
 
 #[cfg(test)]

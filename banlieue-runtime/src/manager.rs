@@ -15,7 +15,24 @@ use crate::logging::Logging;
 use crate::shutdown::{Stop, StopReason};
 use crate::{client, diagnostics, health, shutdown};
 
-/// Everything the process was told (for `banlieue run`: its flags).
+/// Everything the process was told (for `banlieue run`: its flags). The default is
+/// what `banlieue run` does with no flags but one: no leader election (set
+/// [`RunConfig::leader`], e.g. `Some(LeaderConfig::new("my-operator", "my-namespace"))`),
+/// no probe or diagnostics server, a 5 s graceful shutdown, the SDK's default
+/// [`Settings`], and the scrubbing logger installed:
+///
+/// ```no_run
+/// # async fn embed(registry: banlieue_sdk::backend::BackendRegistry) -> banlieue_runtime::Result<()> {
+/// use banlieue_runtime::{RunConfig, leader::LeaderConfig};
+///
+/// let config = RunConfig {
+///     health_addr: Some("127.0.0.1:8081".parse().expect("an address")),
+///     leader: Some(LeaderConfig::new("my-operator", "my-namespace")),
+///     ..RunConfig::default()
+/// };
+/// banlieue_runtime::run(config, registry).await
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct RunConfig {
     /// How to reach the apiserver.
@@ -38,10 +55,25 @@ pub struct RunConfig {
     pub logging: Logging,
 }
 
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            client: ClientConfig::default(),
+            health_addr: None,
+            diagnostics_addr: None,
+            insecure_diagnostics: false,
+            leader: None,
+            shutdown_timeout: Duration::from_secs(5),
+            settings: Settings::default(),
+            logging: Logging::default(),
+        }
+    }
+}
+
 /// Runs the controllers for the backends in `registry` until SIGTERM/SIGINT (`Ok`,
 /// after draining and releasing the Lease) or until leadership is lost or the
 /// controllers die (`Err`: exit non-zero, the pod restarts cleanly).
-pub async fn run(config: RunConfig, registry: BackendRegistry) -> anyhow::Result<()> {
+pub async fn run(config: RunConfig, registry: BackendRegistry) -> crate::Result<()> {
     config.logging.apply()?;
     let classes: Vec<&str> = registry.classes().map(|c| c.as_str()).collect();
     tracing::info!(
@@ -154,7 +186,7 @@ pub async fn run(config: RunConfig, registry: BackendRegistry) -> anyhow::Result
                         }
                     }
                     why = &mut hold, if holding => {
-                        anyhow::bail!(StopReason::LeadershipLost(why));
+                        return Err(crate::Error::Stopped(StopReason::LeadershipLost(why)));
                     }
                 }
             }
@@ -167,13 +199,13 @@ pub async fn run(config: RunConfig, registry: BackendRegistry) -> anyhow::Result
         }
         // Like a controller-runtime manager: no graceful drain once the Lease is gone,
         // since another replica may already be reconciling.
-        StopReason::LeadershipLost(_) => Err(anyhow::Error::msg(reason)),
+        StopReason::LeadershipLost(_) => Err(crate::Error::Stopped(reason)),
         StopReason::ControllersExited(_) => {
             drop(hold);
             if let Some(election) = &election {
                 election.release().await;
             }
-            Err(anyhow::Error::msg(reason))
+            Err(crate::Error::Stopped(reason))
         }
     }
 }

@@ -67,9 +67,10 @@ impl Stop {
 }
 
 /// Triggers `stop` on the first SIGTERM or SIGINT; a second one exits at once.
-pub fn on_signals(stop: Stop) -> anyhow::Result<()> {
+pub fn on_signals(stop: Stop) -> crate::Result<()> {
     #[cfg(unix)]
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(crate::Error::Signals)?;
     tokio::spawn(async move {
         for round in 0.. {
             #[cfg(unix)]

@@ -38,7 +38,7 @@ pub async fn serve(
     addr: SocketAddr,
     registry: Arc<Registry>,
     security: Security,
-) -> anyhow::Result<SocketAddr> {
+) -> crate::Result<SocketAddr> {
     let app = Router::new()
         .route("/metrics", get(metrics::metrics))
         .route("/debug/pprof/profile", get(pprof::profile))

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
@@ -15,15 +14,17 @@ use tokio_rustls::TlsAcceptor;
 
 /// A server config with a fresh self-signed certificate for `localhost`, the pod's host
 /// name and `127.0.0.1`.
-pub fn self_signed() -> anyhow::Result<Arc<rustls::ServerConfig>> {
+pub fn self_signed() -> crate::Result<Arc<rustls::ServerConfig>> {
     let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
     if let Ok(host) = std::env::var("HOSTNAME")
         && !host.is_empty()
     {
         names.push(host);
     }
-    let certified = rcgen::generate_simple_self_signed(names)
-        .context("making the diagnostics server's self-signed certificate")?;
+    let certified = rcgen::generate_simple_self_signed(names).map_err(|e| crate::Error::Tls {
+        what: "making the diagnostics server's self-signed certificate",
+        message: e.to_string(),
+    })?;
     let cert: CertificateDer<'static> = certified.cert.der().clone();
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
         certified.signing_key.serialize_der(),
@@ -31,7 +32,10 @@ pub fn self_signed() -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let mut config = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(vec![cert], key)
-        .context("the diagnostics server's TLS config")?;
+        .map_err(|e| crate::Error::Tls {
+            what: "the diagnostics server's TLS config",
+            message: e.to_string(),
+        })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -43,11 +47,14 @@ pub async fn spawn(
     addr: SocketAddr,
     app: Router,
     config: Arc<rustls::ServerConfig>,
-) -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding the {name} server to {addr}"))?;
-    let local = listener.local_addr()?;
+) -> crate::Result<SocketAddr> {
+    let listen = |source| crate::Error::Listen {
+        server: name,
+        addr,
+        source,
+    };
+    let listener = TcpListener::bind(addr).await.map_err(listen)?;
+    let local = listener.local_addr().map_err(listen)?;
     tracing::info!(server = name, address = %local, "serving over HTTPS");
     let acceptor = TlsAcceptor::from(config);
     tokio::spawn(async move {

@@ -33,9 +33,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use banlieue_runtime::RunConfig;
-use banlieue_runtime::client::{ClientConfig, DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS};
 use banlieue_runtime::leader::LeaderConfig;
-use banlieue_runtime::logging::Logging;
 use banlieue_sdk::controllers::Settings;
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -61,34 +59,29 @@ async fn main() -> anyhow::Result<()> {
 
     // 2. banlieue's controllers in banlieue's process: one leader among the replicas,
     //    probes, graceful shutdown.
+    // The runtime installs its scrubbing logger by default: credentials (and the
+    // session secrets and bootstrap tokens registered while they live) never reach this
+    // operator's logs (`logging: Logging::Installed` opts out, for a logger of your own).
     let config = RunConfig {
-        client: ClientConfig {
-            kubeconfig: None,
-            qps: DEFAULT_KUBE_API_QPS,
-            burst: DEFAULT_KUBE_API_BURST,
-        },
         health_addr: env("HEALTH_ADDR")
             .map(|a| a.parse())
             .transpose()
             .context("HEALTH_ADDR")?,
-        diagnostics_addr: None,
-        insecure_diagnostics: false,
         leader: Some(LeaderConfig {
-            lease_name: "banlieue-example-embedding".into(),
-            namespace: env("LEASE_NAMESPACE").unwrap_or_else(|| "default".into()),
             lease_duration: duration("LEASE_DURATION", "15s")?,
             renew_deadline: duration("RENEW_DEADLINE", "10s")?,
             retry_period: duration("RETRY_PERIOD", "2s")?,
+            ..LeaderConfig::new(
+                "banlieue-example-embedding",
+                env("LEASE_NAMESPACE").unwrap_or_else(|| "default".into()),
+            )
         }),
         shutdown_timeout: Duration::from_secs(10),
         settings: Settings {
             namespace: env("WATCH_NAMESPACE"),
             ..Settings::default()
         },
-        // The runtime installs its scrubbing logger: credentials (and the session
-        // secrets and bootstrap tokens registered while they live) never reach this
-        // operator's logs. `Logging::Installed` opts out, for a logger of your own.
-        logging: Logging::default(),
+        ..RunConfig::default()
     };
     let banlieue = banlieue_runtime::run(config, registry);
 
@@ -107,7 +100,7 @@ async fn main() -> anyhow::Result<()> {
     });
 
     tokio::select! {
-        result = banlieue => result,
+        result = banlieue => Ok(result?),
         () = yours => Ok(()),
     }
 }

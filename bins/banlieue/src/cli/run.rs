@@ -13,6 +13,7 @@ use banlieue_runtime::RunConfig;
 use banlieue_runtime::client::{ClientConfig, DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS};
 use banlieue_runtime::leader::LeaderConfig;
 use banlieue_runtime::logging::{self, LogFormat};
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 
 use crate::runtime::backends;
 
@@ -135,7 +136,8 @@ pub struct RunCommand {
     image_concurrency: u16,
 
     /// Log line format.
-    #[arg(long, env = "BANLIEUE_LOG_FORMAT", value_name = "FORMAT", value_enum, default_value_t = LogFormat::Plain)]
+    #[arg(long, env = "BANLIEUE_LOG_FORMAT", value_name = "FORMAT", default_value_t = LogFormat::Plain,
+          value_parser = PossibleValuesParser::new(LogFormat::ALL.map(LogFormat::as_str)).try_map(|s| s.parse::<LogFormat>()))]
     log_format: LogFormat,
 
     /// Log filter, e.g. `info` or `info,banlieue_sdk=debug` [default: $RUST_LOG, else info].
@@ -185,7 +187,7 @@ impl RunCommand {
         if let Err(error) = &result {
             tracing::error!(error = format!("{error:#}"), "banlieue run failed");
         }
-        result
+        Ok(result?)
     }
 
     /// The runtime configuration, given the pod's namespace (`POD_NAMESPACE`).
