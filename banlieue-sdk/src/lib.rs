@@ -14,8 +14,13 @@
 //!   four and any of your own.
 //! - [`changes`]: how a machine that exists takes a change of its spec (which
 //!   differences its backend applies now, which wait, for what).
-//! - [`build`], [`scheduling`], [`status`]: the pure decisions (the machine for a
-//!   placed VM, where a VM goes, what every status says), functions over values.
+//! - [`build`], [`scheduling`], [`status`] and [`conditions`]: the pure decisions (the
+//!   machine for a placed VM, where a VM goes, what every status and condition says),
+//!   functions over values.
+//! - [`capi`]: Cluster API's rules as values: failure domains across Providers, the
+//!   metadata rules (paused, externally managed, moved), template capacity.
+//! - [`scrub`]: the process-wide scrubber that keeps credentials out of logs, conditions
+//!   and Events.
 //! - `controllers` (feature `controllers`): every controller, to run banlieue inside
 //!   another operator; `banlieue-runtime` is the process around them.
 //! - [`duration`]: Go-style durations (`90s`, `1m30s`, `500ms`).
