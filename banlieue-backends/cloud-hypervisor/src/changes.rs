@@ -189,8 +189,13 @@ pub fn sizes_differ(vmm: &Value, record: &Value) -> bool {
             int(&c["cpus"]["boot_vcpus"]),
             int(&c["cpus"]["max_vcpus"]),
             // As numbers: the VMM may format the object otherwise than banlieue wrote it.
-            ["threads_per_core", "cores_per_die", "dies_per_package", "packages"]
-                .map(|k| int(&c["cpus"]["topology"][k])),
+            [
+                "threads_per_core",
+                "cores_per_die",
+                "dies_per_package",
+                "packages",
+            ]
+            .map(|k| int(&c["cpus"]["topology"][k])),
             int(&c["memory"]["size"]),
             int(&c["memory"]["hotplug_size"]).unwrap_or(0),
         )
@@ -587,8 +592,7 @@ mod tests {
         assert_eq!(r.networks, 2);
         assert_eq!(r.cores_per_socket, None, "made without a topology: unknown");
         let mut with = config.clone();
-        with["cpus"]["topology"] =
-            json!({"threads_per_core": 1, "cores_per_die": 2, "dies_per_package": 1, "packages": 2});
+        with["cpus"]["topology"] = json!({"threads_per_core": 1, "cores_per_die": 2, "dies_per_package": 1, "packages": 2});
         assert_eq!(
             resources(dir.path(), &record, &with, None).cores_per_socket,
             Some(2)

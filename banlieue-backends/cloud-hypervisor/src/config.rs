@@ -288,12 +288,20 @@ mod tests {
         ] {
             let cpus = cpus(&spec(c, max, cores)).unwrap();
             let t = &cpus["topology"];
-            let product = ["threads_per_core", "cores_per_die", "dies_per_package", "packages"]
-                .iter()
-                .map(|k| t[*k].as_u64().unwrap())
-                .product::<u64>();
+            let product = [
+                "threads_per_core",
+                "cores_per_die",
+                "dies_per_package",
+                "packages",
+            ]
+            .iter()
+            .map(|k| t[*k].as_u64().unwrap())
+            .product::<u64>();
             assert_eq!(product, cpus["max_vcpus"].as_u64().unwrap(), "{cpus}");
-            assert_eq!((t["cores_per_die"].clone(), t["packages"].clone()), (json!(want.0), json!(want.1)));
+            assert_eq!(
+                (t["cores_per_die"].clone(), t["packages"].clone()),
+                (json!(want.0), json!(want.1))
+            );
         }
         for (c, max, cores) in [(2, Some(3), Some(2)), (4, None, Some(3))] {
             let err = cpus(&spec(c, max, cores)).unwrap_err();
@@ -302,7 +310,9 @@ mod tests {
             let most = max.unwrap_or(c);
             assert!(
                 err.message.contains(&format!("{most} vCPUs"))
-                    && err.message.contains(&format!("coresPerSocket {}", cores.unwrap())),
+                    && err
+                        .message
+                        .contains(&format!("coresPerSocket {}", cores.unwrap())),
                 "{err}"
             );
         }

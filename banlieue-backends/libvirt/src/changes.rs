@@ -133,10 +133,11 @@ pub fn parse_shape(xml: &str) -> Result<DomainShape, String> {
         None => None,
     };
     let numa = child("cpu").is_some_and(|c| c.children().any(|n| n.has_tag_name("numa")));
-    let topology = match child("cpu").and_then(|c| c.children().find(|n| n.has_tag_name("topology"))) {
-        Some(t) => Some(parse_topology(t)?),
-        None => None,
-    };
+    let topology =
+        match child("cpu").and_then(|c| c.children().find(|n| n.has_tag_name("topology"))) {
+            Some(t) => Some(parse_topology(t)?),
+            None => None,
+        };
     let os = child("os");
     let loader = os.and_then(|o| o.children().find(|n| n.has_tag_name("loader")));
     let efi = os.and_then(|o| o.attribute("firmware")) == Some("efi")
@@ -358,8 +359,7 @@ pub fn plan(
         .then_some(want_cores);
     // libvirt's vCPU calls refuse a maximum the topology does not hold, and a NUMA
     // cell must list every vCPU: with either, the definition is rewritten as a whole.
-    let rewrite_vcpus =
-        now.config.numa || now.config.topology.is_some() || new_cores.is_some();
+    let rewrite_vcpus = now.config.numa || now.config.topology.is_some() || new_cores.is_some();
     for field in fields {
         match field {
             MachineField::Cpus => cpus(spec, now, rewrite_vcpus, &mut steps),
@@ -686,11 +686,16 @@ fn topology_edit(
     let range = cpu.range();
     let text = &xml[range.clone()];
     if let Some(open) = text.strip_suffix("/>") {
-        return Ok((range, format!("{}>\n    {topology}\n  </cpu>", open.trim_end())));
+        return Ok((
+            range,
+            format!("{}>\n    {topology}\n  </cpu>", open.trim_end()),
+        ));
     }
     let close = range.end - "</cpu>".len();
     if !text.ends_with("</cpu>") {
-        return Err(format!("a <cpu> element that does not end in </cpu>: {text}"));
+        return Err(format!(
+            "a <cpu> element that does not end in </cpu>: {text}"
+        ));
     }
     Ok((close..close, format!("  {topology}\n  ")))
 }
@@ -1181,7 +1186,8 @@ mod tests {
 
     #[test]
     fn the_persistent_definition_is_rewritten_in_place() {
-        let out = rewrite_persistent(NUMA_XML, Some((3, 4)), Some((524288, 2097152)), None).unwrap();
+        let out =
+            rewrite_persistent(NUMA_XML, Some((3, 4)), Some((524288, 2097152)), None).unwrap();
         let shape = parse_shape(&out).unwrap();
         assert_eq!(
             (
@@ -1259,7 +1265,10 @@ mod tests {
         assert_eq!(topology_of(&six), (2, 6, 2, Some((3, 2, 1))), "{six}");
         // One that the cores do not divide is refused, named.
         let odd = rewrite_persistent(TOPOLOGY_XML, Some((2, 5)), None, None).unwrap_err();
-        assert!(odd.contains("5 vCPUs") && odd.contains("coresPerSocket 2"), "{odd}");
+        assert!(
+            odd.contains("5 vCPUs") && odd.contains("coresPerSocket 2"),
+            "{odd}"
+        );
         // A domain without a topology gets one: in its <cpu>, or in a <cpu> of its own.
         let plain = "<domain><vcpu>4</vcpu><memory>1024</memory><devices/></domain>";
         assert_eq!(topology_of(plain), (4, 4, 1, None));
@@ -1274,7 +1283,10 @@ mod tests {
         );
         let numa = rewrite_persistent(NUMA_XML, None, None, Some(2)).unwrap();
         assert_eq!(topology_of(&numa).3, Some((1, 2, 1)), "{numa}");
-        assert!(numa.contains("<cell id='0' cpus='0-1'"), "the cell kept: {numa}");
+        assert!(
+            numa.contains("<cell id='0' cpus='0-1'"),
+            "the cell kept: {numa}"
+        );
         assert_eq!(
             rewrite_persistent(TOPOLOGY_XML, None, None, None).unwrap(),
             TOPOLOGY_XML,
@@ -1301,12 +1313,9 @@ mod tests {
             );
         }
         // Written already: nothing to do.
-        let written = parse_shape(&rewrite_persistent(TOPOLOGY_XML, None, None, Some(4)).unwrap())
-            .unwrap();
-        assert_eq!(
-            plan_for(&s, true, &with, &written, &[CoresPerSocket]),
-            []
-        );
+        let written =
+            parse_shape(&rewrite_persistent(TOPOLOGY_XML, None, None, Some(4)).unwrap()).unwrap();
+        assert_eq!(plan_for(&s, true, &with, &written, &[CoresPerSocket]), []);
         // With a topology, a vCPU is still plugged live within the maximum, and the
         // next boot's count is written by the rewrite (libvirt's vCPU call would refuse
         // a maximum the topology does not hold); both fields, one rewrite.
@@ -1327,7 +1336,10 @@ mod tests {
         };
         let err = plan(UID, &s, &now, &[Cpus, CoresPerSocket]).unwrap_err();
         assert_eq!(err.reason, "CpuTopologyMismatch");
-        assert!(err.message.contains("6 vCPUs") && err.message.contains("coresPerSocket 4"), "{err}");
+        assert!(
+            err.message.contains("6 vCPUs") && err.message.contains("coresPerSocket 4"),
+            "{err}"
+        );
         // A domain without a topology takes one; its vCPU maximum goes with it.
         let plain = shape(1, 2, 256);
         s.cores_per_socket = Some(2);

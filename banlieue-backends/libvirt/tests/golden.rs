@@ -299,7 +299,9 @@ fn cores_per_socket_is_a_topology_over_the_most_vcpus() {
     spec.max_memory_mib = None;
     let tcg = domain_xml(&plan(&id, &spec, DomainType::Qemu)).unwrap();
     assert!(
-        tcg.contains("  <cpu>\n    <topology sockets='4' dies='1' cores='2' threads='1'/>\n  </cpu>\n"),
+        tcg.contains(
+            "  <cpu>\n    <topology sockets='4' dies='1' cores='2' threads='1'/>\n  </cpu>\n"
+        ),
         "{tcg}"
     );
     for xml in [&kvm, &tcg] {
@@ -328,5 +330,8 @@ fn cores_per_socket_is_a_topology_over_the_most_vcpus() {
     spec.max_cpus = None;
     spec.cpus = 6;
     let six = domain_xml(&plan(&id, &spec, DomainType::Qemu)).unwrap();
-    assert!(six.contains("<topology sockets='2' dies='1' cores='3' threads='1'/>"), "{six}");
+    assert!(
+        six.contains("<topology sockets='2' dies='1' cores='3' threads='1'/>"),
+        "{six}"
+    );
 }

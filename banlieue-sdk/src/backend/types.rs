@@ -284,7 +284,6 @@ impl MachineSpec {
                 firmware: Some(s.firmware),
                 max_cpus: s.max_cpus,
                 max_memory_mib: s.max_memory_mib,
-                ..Default::default()
             },
             Self::CloudHypervisor(s) => MachineResources {
                 cpus: s.cpus,

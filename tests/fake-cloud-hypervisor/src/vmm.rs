@@ -435,10 +435,17 @@ fn check_config(config: &Value) -> Result<(), String> {
     // (`CpuTopologyZeroPart`) and their product is `max_vcpus` (`CpuTopologyCount`).
     let topology = &config["cpus"]["topology"];
     if !topology.is_null() {
-        let parts = ["threads_per_core", "cores_per_die", "dies_per_package", "packages"]
-            .map(|k| topology[k].as_u64().unwrap_or(0));
+        let parts = [
+            "threads_per_core",
+            "cores_per_die",
+            "dies_per_package",
+            "packages",
+        ]
+        .map(|k| topology[k].as_u64().unwrap_or(0));
         if parts.contains(&0) {
-            return Err(format!("No part of the CPU topology can be zero: {topology}"));
+            return Err(format!(
+                "No part of the CPU topology can be zero: {topology}"
+            ));
         }
         let product: u64 = parts.iter().product();
         if product != max {
@@ -523,7 +530,11 @@ mod tests {
             assert_eq!(reply.status, 400, "{max} {cores} {packages}");
         }
         let mut vmm = Vmm::new(7);
-        assert_eq!(vmm.handle("PUT", "vm.create", Some(&config(4, 2, 2))).status, 204);
+        assert_eq!(
+            vmm.handle("PUT", "vm.create", Some(&config(4, 2, 2)))
+                .status,
+            204
+        );
         let info = vmm.handle("GET", "vm.info", None);
         assert_eq!(
             info.body.unwrap()["config"]["cpus"]["topology"]["cores_per_die"],

@@ -423,9 +423,7 @@ async fn a_cpu_topology_is_created_read_back_and_changed_at_the_next_boot() {
         };
         f(spec);
     };
-    let topology = |cores: u64, packages: u64| {
-        json!({"threads_per_core": 1, "cores_per_die": cores, "dies_per_package": 1, "packages": packages})
-    };
+    let topology = |cores: u64, packages: u64| json!({"threads_per_core": 1, "cores_per_die": cores, "dies_per_package": 1, "packages": packages});
 
     // 3 vCPUs at most do not split into packages of 2 cores: refused, nothing made.
     let odd = "0c0ffee0-0000-4000-8000-0000000000c1";
@@ -455,7 +453,10 @@ async fn a_cpu_topology_is_created_read_back_and_changed_at_the_next_boot() {
     });
     let obs = settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
     let r = obs.resources.unwrap();
-    assert_eq!((r.cpus, r.max_cpus, r.cores_per_socket), (1, Some(4), Some(2)));
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.cores_per_socket),
+        (1, Some(4), Some(2))
+    );
     let created: Vec<Value> = rig
         .exchanges()
         .into_iter()
@@ -497,13 +498,19 @@ async fn a_cpu_topology_is_created_read_back_and_changed_at_the_next_boot() {
         r.cores_per_socket.unwrap(),
         next.cores_per_socket.unwrap()
     );
-    assert_eq!((r.cores_per_socket, next.cores_per_socket), (Some(2), Some(4)));
+    assert_eq!(
+        (r.cores_per_socket, next.cores_per_socket),
+        (Some(2), Some(4))
+    );
     let sent = rig.operations(uid)[before.len()..].to_vec();
     assert!(
         sent.iter().all(|op| op == "vm.info"),
         "nothing sent live but reads: {sent:?}"
     );
-    assert_eq!(vm_info(&rig, uid)["config"]["cpus"]["topology"], topology(2, 2));
+    assert_eq!(
+        vm_info(&rig, uid)["config"]["cpus"]["topology"],
+        topology(2, 2)
+    );
     assert_eq!(
         rig.state(uid).unwrap()["config"]["cpus"]["topology"],
         topology(4, 1)
@@ -517,7 +524,10 @@ async fn a_cpu_topology_is_created_read_back_and_changed_at_the_next_boot() {
         &table,
         again.power_state,
     );
-    assert!(second.apply.is_empty() && second.restart_required(), "{second:?}");
+    assert!(
+        second.apply.is_empty() && second.restart_required(),
+        "{second:?}"
+    );
 
     // A topology the maximum does not fill: refused, the record untouched.
     let mut bad = on.clone();
@@ -536,13 +546,21 @@ async fn a_cpu_topology_is_created_read_back_and_changed_at_the_next_boot() {
     // with the new topology.
     let mut off = on.clone();
     set(&mut off, &|s| s.power_state = PowerState::PoweredOff);
-    settle(&backend, &off, PowerState::PoweredOff).await.unwrap();
+    settle(&backend, &off, PowerState::PoweredOff)
+        .await
+        .unwrap();
     let obs = settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
     let r = obs.resources.unwrap();
-    assert_eq!((r.cpus, r.max_cpus, r.cores_per_socket), (3, Some(4), Some(4)));
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.cores_per_socket),
+        (3, Some(4), Some(4))
+    );
     assert_eq!(obs.next_boot, None);
     let info = vm_info(&rig, uid);
-    println!("after the power cycle: vm.info cpus {}", info["config"]["cpus"]);
+    println!(
+        "after the power cycle: vm.info cpus {}",
+        info["config"]["cpus"]
+    );
     assert_eq!(
         info["config"]["cpus"],
         json!({"boot_vcpus": 3, "max_vcpus": 4, "topology": topology(4, 1)})

@@ -551,7 +551,10 @@ async fn settle(
         if seen.settled_at(want) {
             return seen;
         }
-        assert!(started.elapsed() < WAIT, "never settled at {want:?}: {seen:?}");
+        assert!(
+            started.elapsed() < WAIT,
+            "never settled at {want:?}: {seen:?}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -561,7 +564,10 @@ async fn guest_topology(rig: &LibvirtRig, domain: &str, want: &str) -> String {
     let started = Instant::now();
     loop {
         let console = rig.console(domain);
-        if let Some(line) = console.lines().rev().find(|l| l.contains("banlieue-guest: topology"))
+        if let Some(line) = console
+            .lines()
+            .rev()
+            .find(|l| l.contains("banlieue-guest: topology"))
             && line.contains(want)
         {
             return line.trim().to_owned();
@@ -579,7 +585,9 @@ async fn guest_topology(rig: &LibvirtRig, domain: &str, want: &str) -> String {
 fn qemu_smp(rig: &LibvirtRig, domain: &str) -> String {
     let log = std::fs::read_to_string(rig.state.join(format!("log/qemu/{domain}.log")))
         .expect("the domain's QEMU log");
-    let at = log.rfind("-smp ").unwrap_or_else(|| panic!("no -smp in:\n{log}"));
+    let at = log
+        .rfind("-smp ")
+        .unwrap_or_else(|| panic!("no -smp in:\n{log}"));
     log[at + 5..]
         .split_whitespace()
         .next()
@@ -608,8 +616,8 @@ fn virsh_topology(rig: &LibvirtRig, domain: &str, inactive: bool) -> Option<Stri
 /// one at a time (3 of 4: half a socket).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_topology_waits_for_the_next_boot_and_takes_hot_plugged_vcpus() {
-    use banlieue_sdk::api::resources::{ChangeMode, MachineField as F};
     use banlieue_sdk::api::infra::libvirt::LibvirtMachineSpec;
+    use banlieue_sdk::api::resources::{ChangeMode, MachineField as F};
     use banlieue_sdk::backend::{BootstrapData, MachineSpec, SecretValue};
     use banlieue_sdk::changes::assess;
     let Some(rig) = LibvirtRig::start() else {
@@ -660,7 +668,10 @@ async fn a_cpu_topology_waits_for_the_next_boot_and_takes_hot_plugged_vcpus() {
     });
     let made = settle(&*backend, &on, PowerState::PoweredOn).await;
     let r = made.resources.expect("read back");
-    assert_eq!((r.cpus, r.max_cpus, r.cores_per_socket), (1, Some(4), Some(1)));
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.cores_per_socket),
+        (1, Some(4), Some(1))
+    );
     assert_eq!(virsh_topology(&rig, domain, false), None);
     let smp = qemu_smp(&rig, domain);
     eprintln!("no topology: -smp {smp}");
@@ -687,7 +698,10 @@ async fn a_cpu_topology_waits_for_the_next_boot_and_takes_hot_plugged_vcpus() {
         staged.resources.unwrap(),
         staged.next_boot.expect("a next boot"),
     );
-    assert_eq!((r.cores_per_socket, next.cores_per_socket), (Some(1), Some(2)));
+    assert_eq!(
+        (r.cores_per_socket, next.cores_per_socket),
+        (Some(1), Some(2))
+    );
     let inactive = virsh_topology(&rig, domain, true).expect("a topology for the next boot");
     eprintln!("next boot: {inactive}");
     assert!(
@@ -696,7 +710,11 @@ async fn a_cpu_topology_waits_for_the_next_boot_and_takes_hot_plugged_vcpus() {
             && inactive.contains("threads='1'"),
         "{inactive}"
     );
-    assert_eq!(virsh_topology(&rig, domain, false), None, "not the running domain");
+    assert_eq!(
+        virsh_topology(&rig, domain, false),
+        None,
+        "not the running domain"
+    );
     assert!(rig.domains()[0].2, "still running");
 
     // The power cycle: QEMU starts with 2 sockets of 2 cores.
@@ -705,12 +723,18 @@ async fn a_cpu_topology_waits_for_the_next_boot_and_takes_hot_plugged_vcpus() {
     settle(&*backend, &off, PowerState::PoweredOff).await;
     let cycled = settle(&*backend, &on, PowerState::PoweredOn).await;
     let r = cycled.resources.unwrap();
-    assert_eq!((r.cpus, r.max_cpus, r.cores_per_socket), (1, Some(4), Some(2)));
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.cores_per_socket),
+        (1, Some(4), Some(2))
+    );
     assert_eq!(cycled.next_boot, None);
     let live = virsh_topology(&rig, domain, false).expect("the running domain's topology");
     let smp = qemu_smp(&rig, domain);
     eprintln!("after the power cycle: {live}, -smp {smp}");
-    assert!(live.contains("sockets='2'") && live.contains("cores='2'"), "{live}");
+    assert!(
+        live.contains("sockets='2'") && live.contains("cores='2'"),
+        "{live}"
+    );
     assert!(
         smp.contains("maxcpus=4") && smp.contains("sockets=2") && smp.contains("cores=2"),
         "{smp}"
@@ -727,7 +751,10 @@ async fn a_cpu_topology_waits_for_the_next_boot_and_takes_hot_plugged_vcpus() {
         &table,
         seen.power_state,
     );
-    assert_eq!((live_change.apply.as_slice(), live_change.pending.len()), ([F::Cpus].as_slice(), 0));
+    assert_eq!(
+        (live_change.apply.as_slice(), live_change.pending.len()),
+        ([F::Cpus].as_slice(), 0)
+    );
     let grown = backend.apply_changes(&on, &[F::Cpus]).await.unwrap();
     let r = grown.resources.unwrap();
     assert_eq!((r.cpus, r.cores_per_socket), (3, Some(2)));
