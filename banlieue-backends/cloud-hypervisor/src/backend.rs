@@ -783,6 +783,14 @@ impl Backend for ChBackend {
             message: format!("{names}: {}", e.message),
             ..e
         };
+        // A CPU topology the new maximum does not fill: refused before anything changes
+        // (a live vm.resize first, then a record CH would refuse at the next boot).
+        if fields
+            .iter()
+            .any(|f| matches!(f, MachineField::Cpus | MachineField::CoresPerSocket))
+        {
+            crate::config::cpus(spec).map_err(named)?;
+        }
         let dir = self.dir_of(&request.identity)?;
         let _guard = lock(dir.path()).await;
         let Some(mut record) = dir.load()? else {
@@ -893,7 +901,7 @@ impl Backend for ChBackend {
             _ => {}
         }
         for field in fields {
-            changes::stage(&mut record, spec, *field);
+            changes::stage(&mut record, spec, *field).map_err(named)?;
         }
         dir.save(&record)?;
         let info = if alive {

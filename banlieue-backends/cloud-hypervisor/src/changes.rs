@@ -55,7 +55,15 @@ pub const MEMORY_STEP: u64 = 128 << 20;
 ///   added interface whose `ipam.mode` is not `dhcp` is refused
 ///   (`NetworkIpamNotLive`) rather than added without its addresses.
 ///
-/// Not listed, so **Never**: `coresPerSocket` (no topology is set), `osDiskSize`
+/// - `coresPerSocket`: **NextBoot** both ways. The VM is created with a CPU topology
+///   (`cpus.topology`: `coresPerSocket` cores per die, one die per package, as many
+///   packages as hold `max_vcpus`), which CH fixes for the VM's life: no API call
+///   changes it (`vm.resize` takes counts only). It is written to the configuration
+///   the next `vm.create` sends, and the next power-on makes the VM anew from it, as
+///   for CPUs beyond `max_vcpus`. A maximum the new cores do not divide is refused
+///   (`CpuTopologyMismatch`) before anything is written.
+///
+/// Not listed, so **Never**: `osDiskSize`
 /// (the OS disk may be a qcow2 overlay, which `vm.resize-disk` does not grow), data
 /// disks added or removed (`vm.add-disk` exists, but banlieue does not drive it
 /// yet), and `firmware` (CH boots what the image names; both `bios` and `efi` are accepted
@@ -65,6 +73,7 @@ pub fn change_table() -> Vec<ChangeRule> {
     use MachineField as F;
     vec![
         ChangeRule::both(F::Cpus, Live),
+        ChangeRule::both(F::CoresPerSocket, NextBoot),
         ChangeRule::grow_shrink(F::MemoryMib, Live, NextBoot),
         ChangeRule::grow_shrink(F::DataDiskSize, Live, Never),
         ChangeRule::both(F::Networks, Live),
@@ -128,7 +137,8 @@ fn data_disks(dir: &Path, record: &Record) -> Vec<DiskSize> {
 /// it is off) and the disk files on the host.
 ///
 /// CPUs are `cpus.boot_vcpus` (CH sets it on every `vm.resize`), the ceiling
-/// `cpus.max_vcpus`. Memory is `memory.size` (CH's ACPI resize sets it to what was
+/// `cpus.max_vcpus`, the cores per socket `cpus.topology`'s vCPUs per package
+/// (threads × cores × dies; unknown for a VM made without a topology). Memory is `memory.size` (CH's ACPI resize sets it to what was
 /// added) plus `hotplugged_size` (virtio-mem, unused by banlieue); the ceiling is the
 /// size the VM was created with (`booted_memory`; the size itself when unknown) plus
 /// `hotplug_size`, which CH never changes while the VM exists.
@@ -149,7 +159,7 @@ pub fn resources(
         cpus: int(&cpus["boot_vcpus"])
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(0),
-        cores_per_socket: None,
+        cores_per_socket: per_package(&cpus["topology"]),
         memory_mib: mib(plugged),
         os_disk_gib: os_disk_gib(dir, config),
         data_disks: data_disks(dir, record),
@@ -160,13 +170,32 @@ pub fn resources(
     }
 }
 
-/// Whether two configurations boot different sizes (CPUs or memory): a VM held by a
-/// live VMM whose sizes differ from the record's is made anew before it boots.
+/// vCPUs per package of a `CpuTopology` (threads × cores × dies), `None` without one.
+fn per_package(topology: &Value) -> Option<u32> {
+    if topology.is_null() {
+        return None;
+    }
+    let part = |k: &str| int(&topology[k]);
+    let n = part("threads_per_core")? * part("cores_per_die")? * part("dies_per_package")?;
+    u32::try_from(n).ok()
+}
+
+/// Whether two configurations boot different sizes (CPUs, their topology, or memory):
+/// a VM held by a live VMM whose sizes differ from the record's is made anew before
+/// it boots.
 pub fn sizes_differ(vmm: &Value, record: &Value) -> bool {
     let pick = |c: &Value| {
         (
             int(&c["cpus"]["boot_vcpus"]),
             int(&c["cpus"]["max_vcpus"]),
+            // As numbers: the VMM may format the object otherwise than banlieue wrote it.
+            [
+                "threads_per_core",
+                "cores_per_die",
+                "dies_per_package",
+                "packages",
+            ]
+            .map(|k| int(&c["cpus"]["topology"][k])),
             int(&c["memory"]["size"]),
             int(&c["memory"]["hotplug_size"]).unwrap_or(0),
         )
@@ -175,10 +204,17 @@ pub fn sizes_differ(vmm: &Value, record: &Value) -> bool {
 }
 
 /// Writes `field` of `spec` into the record, whose configuration the next boot is
-/// made from (and whose MACs and interfaces report addresses).
-pub fn stage(record: &mut Record, spec: &CloudHypervisorMachineSpec, field: MachineField) {
+/// made from (and whose MACs and interfaces report addresses). A CPU topology the
+/// maximum does not fill is refused ([`config::cpus`]).
+pub fn stage(
+    record: &mut Record,
+    spec: &CloudHypervisorMachineSpec,
+    field: MachineField,
+) -> Result<(), BackendError> {
     match field {
-        MachineField::Cpus => record.config["cpus"] = config::cpus(spec),
+        MachineField::Cpus | MachineField::CoresPerSocket => {
+            record.config["cpus"] = config::cpus(spec)?
+        }
         MachineField::MemoryMib => record.config["memory"] = config::memory(spec),
         MachineField::Networks => {
             let macs = config::macs(&record.uid, spec);
@@ -194,6 +230,7 @@ pub fn stage(record: &mut Record, spec: &CloudHypervisorMachineSpec, field: Mach
         }
         _ => {}
     }
+    Ok(())
 }
 
 /// The interfaces to unplug (`vm.remove-device` ids) and to hot-plug (`vm.add-net`
@@ -471,16 +508,17 @@ mod tests {
             ..Default::default()
         };
         let before = record.config.clone();
-        stage(&mut record, &s, MachineField::Cpus);
+        stage(&mut record, &s, MachineField::Cpus).unwrap();
         assert_eq!(
             record.config["cpus"],
-            json!({"boot_vcpus": 6, "max_vcpus": 8})
+            json!({"boot_vcpus": 6, "max_vcpus": 8, "topology": {"threads_per_core": 1,
+                   "cores_per_die": 1, "dies_per_package": 1, "packages": 8}})
         );
         assert_eq!(
             record.config["memory"], before["memory"],
             "only the field named"
         );
-        stage(&mut record, &s, MachineField::MemoryMib);
+        stage(&mut record, &s, MachineField::MemoryMib).unwrap();
         assert_eq!(
             record.config["memory"],
             json!({"size": 1536u64 << 20, "hotplug_size": 2560u64 << 20})
@@ -488,11 +526,27 @@ mod tests {
         assert!(sizes_differ(&before, &record.config));
         assert!(!sizes_differ(&record.config, &record.config.clone()));
         let two = spec(json!({"network": [{"macAddress": "52:54:00:00:00:0a"}, {"mtu": 1400}]}));
-        stage(&mut record, &two, MachineField::Networks);
+        stage(&mut record, &two, MachineField::Networks).unwrap();
         assert_eq!(record.macs[0], "52:54:00:00:00:0a");
         assert_eq!(record.config["net"][1]["id"], "net1");
         assert_eq!(record.config["net"][1]["mtu"], 1400);
         assert_eq!(record.interfaces.len(), 2);
+
+        // A new topology for the next boot: a size difference, so the VM is made anew.
+        let staged = record.config.clone();
+        let four = spec(json!({"cpus": 6, "maxCPUs": 8, "coresPerSocket": 4}));
+        stage(&mut record, &four, MachineField::CoresPerSocket).unwrap();
+        assert_eq!(
+            record.config["cpus"]["topology"],
+            json!({"threads_per_core": 1, "cores_per_die": 4, "dies_per_package": 1, "packages": 2})
+        );
+        assert!(sizes_differ(&staged, &record.config));
+        // One the maximum does not fill: refused, nothing written.
+        let before = record.config.clone();
+        let three = spec(json!({"cpus": 6, "maxCPUs": 8, "coresPerSocket": 3}));
+        let err = stage(&mut record, &three, MachineField::CoresPerSocket).unwrap_err();
+        assert_eq!(err.reason, "CpuTopologyMismatch");
+        assert_eq!(record.config, before);
     }
 
     #[test]
@@ -536,6 +590,13 @@ mod tests {
             }]
         );
         assert_eq!(r.networks, 2);
+        assert_eq!(r.cores_per_socket, None, "made without a topology: unknown");
+        let mut with = config.clone();
+        with["cpus"]["topology"] = json!({"threads_per_core": 1, "cores_per_die": 2, "dies_per_package": 1, "packages": 2});
+        assert_eq!(
+            resources(dir.path(), &record, &with, None).cores_per_socket,
+            Some(2)
+        );
         // Without a hot-plug room the ceiling is the size.
         let fixed =
             json!({"cpus": {"boot_vcpus": 1, "max_vcpus": 1}, "memory": {"size": 512u64 << 20}});
@@ -557,8 +618,9 @@ mod tests {
         assert_eq!(mode(MachineField::DataDiskSize, true), Live);
         assert_eq!(mode(MachineField::Networks, true), Live);
         assert_eq!(mode(MachineField::Networks, false), Live);
+        assert_eq!(mode(MachineField::CoresPerSocket, true), NextBoot);
+        assert_eq!(mode(MachineField::CoresPerSocket, false), NextBoot);
         for never in [
-            MachineField::CoresPerSocket,
             MachineField::OsDiskSize,
             MachineField::DataDisks,
             MachineField::Firmware,

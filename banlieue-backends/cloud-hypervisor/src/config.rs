@@ -135,7 +135,7 @@ pub fn vm_config(
         .collect();
     Ok(json!({
         "payload": payload,
-        "cpus": cpus(spec),
+        "cpus": cpus(spec)?,
         "memory": memory(spec),
         "disks": disks,
         "net": net,
@@ -166,10 +166,37 @@ pub fn macs(uid: &str, spec: &CloudHypervisorMachineSpec) -> Vec<String> {
         .collect()
 }
 
-/// The `cpus` section: `cpus` at boot, room to hot-add up to `maxCPUs` (default: none).
-pub fn cpus(spec: &CloudHypervisorMachineSpec) -> Value {
+/// The `cpus` section: `cpus` at boot, room to hot-add up to `maxCPUs` (default: none),
+/// and the topology: `coresPerSocket` (default 1) cores per die, one die per package,
+/// one thread per core, as many packages as hold `max_vcpus`. Always set: without one
+/// CH leaves the guest's CPUID topology as it finds it, which nobody asked for and
+/// banlieue could not read back. CH refuses (`CpuTopologyCount`) a topology whose
+/// product is not `max_vcpus`, so a maximum that is not a multiple of the cores is
+/// refused here, by name (admission refuses it too; this is the last guard).
+pub fn cpus(spec: &CloudHypervisorMachineSpec) -> Result<Value, BackendError> {
     let max = spec.max_cpus.unwrap_or(spec.cpus).max(spec.cpus);
-    json!({"boot_vcpus": spec.cpus, "max_vcpus": max})
+    let cores = spec.cores_per_socket.unwrap_or(1);
+    if cores == 0 || !max.is_multiple_of(cores) {
+        return Err(BackendError::terminal(
+            "CpuTopologyMismatch",
+            format!(
+                "the VM can have {max} vCPUs (maxCPUs, else cpus), which is not a multiple of \
+                 coresPerSocket {cores}: Cloud Hypervisor's CPU topology (packages × cores) \
+                 must hold exactly the most vCPUs the VM can have; make maxCPUs a multiple \
+                 of coresPerSocket, or change coresPerSocket"
+            ),
+        ));
+    }
+    Ok(json!({
+        "boot_vcpus": spec.cpus,
+        "max_vcpus": max,
+        "topology": {
+            "threads_per_core": 1,
+            "cores_per_die": cores,
+            "dies_per_package": 1,
+            "packages": max / cores,
+        },
+    }))
 }
 
 /// The `memory` section: `memoryMiB` at boot and, when `maxMemoryMiB` is larger, that
@@ -222,6 +249,11 @@ mod tests {
         .unwrap();
         assert_eq!(c["payload"]["kernel"], "/boot/vmlinux");
         assert_eq!(c["cpus"]["max_vcpus"], 2);
+        assert_eq!(
+            c["cpus"]["topology"],
+            json!({"threads_per_core": 1, "cores_per_die": 1, "dies_per_package": 1, "packages": 2}),
+            "one core per package when coresPerSocket is unset"
+        );
         assert_eq!(c["memory"]["size"], 1u64 << 30);
         assert!(c["memory"].get("hotplug_size").is_none(), "no room asked");
         assert_eq!(c["disks"][0]["path"], "/state/u1/disk.raw");
@@ -238,10 +270,60 @@ mod tests {
     }
 
     #[test]
+    fn the_topology_holds_the_most_vcpus_or_is_refused() {
+        let spec = |cpus: u32, max: Option<u32>, cores: Option<u32>| {
+            serde_json::from_value::<CloudHypervisorMachineSpec>(json!({
+                "image": {"kernel": "/k", "disk": "/d.raw"},
+                "cpus": cpus, "maxCPUs": max, "coresPerSocket": cores, "memoryMiB": 512,
+            }))
+            .unwrap()
+        };
+        // (cpus, maxCPUs, coresPerSocket) → (cores_per_die, packages)
+        for (c, max, cores, want) in [
+            (1, None, None, (1, 1)),
+            (2, Some(8), Some(4), (4, 2)),
+            (3, Some(4), Some(2), (2, 2)),
+            (6, None, Some(3), (3, 2)),
+            (4, Some(4), Some(4), (4, 1)),
+        ] {
+            let cpus = cpus(&spec(c, max, cores)).unwrap();
+            let t = &cpus["topology"];
+            let product = [
+                "threads_per_core",
+                "cores_per_die",
+                "dies_per_package",
+                "packages",
+            ]
+            .iter()
+            .map(|k| t[*k].as_u64().unwrap())
+            .product::<u64>();
+            assert_eq!(product, cpus["max_vcpus"].as_u64().unwrap(), "{cpus}");
+            assert_eq!(
+                (t["cores_per_die"].clone(), t["packages"].clone()),
+                (json!(want.0), json!(want.1))
+            );
+        }
+        for (c, max, cores) in [(2, Some(3), Some(2)), (4, None, Some(3))] {
+            let err = cpus(&spec(c, max, cores)).unwrap_err();
+            assert_eq!(err.reason, "CpuTopologyMismatch");
+            assert!(!err.is_transient());
+            let most = max.unwrap_or(c);
+            assert!(
+                err.message.contains(&format!("{most} vCPUs"))
+                    && err
+                        .message
+                        .contains(&format!("coresPerSocket {}", cores.unwrap())),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
     fn the_config_matches_the_openapi_document() {
         let spec: CloudHypervisorMachineSpec = serde_json::from_value(json!({
             "image": {"firmware": "/usr/share/cloud-hypervisor/CLOUDHV.fd", "disk": "/i.qcow2"},
-            "cpus": 2, "maxCPUs": 4, "memoryMiB": 2048, "maxMemoryMiB": 4096, "hugepages": true,
+            "cpus": 2, "maxCPUs": 4, "coresPerSocket": 2, "memoryMiB": 2048, "maxMemoryMiB": 4096,
+            "hugepages": true,
             "additionalDisks": [{"name": "data", "sizeGiB": 10}],
             "network": [{"mtu": 9000, "macAddress": "52:54:00:12:34:56"}, {}]
         }))
@@ -256,7 +338,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config["disks"][0]["backing_files"], true);
-        assert_eq!(config["cpus"], json!({"boot_vcpus": 2, "max_vcpus": 4}));
+        assert_eq!(
+            config["cpus"],
+            json!({"boot_vcpus": 2, "max_vcpus": 4, "topology": {"threads_per_core": 1,
+                   "cores_per_die": 2, "dies_per_package": 1, "packages": 2}})
+        );
         assert_eq!(config["memory"]["size"], 2048u64 << 20);
         assert_eq!(config["memory"]["hotplug_size"], 2048u64 << 20);
         let imported = vm_config("u", &spec, Path::new("/s/u"), &macs, OsDisk::imported()).unwrap();

@@ -48,9 +48,11 @@
 //! `vm.resize` within `maxMemoryMiB` (the VM's `memory.hotplug_size` room, 128 MiB
 //! steps), lowered at the next boot; data disks grown live with `vm.resize-disk`;
 //! interfaces added or removed at the end live with `vm.add-net` and
-//! `vm.remove-device`. A change beyond `max_vcpus` or the memory room, which CH cannot
-//! change while the VM exists, is written to the record's `VmConfig` and taken at the
-//! next power-on, which makes the VM anew from it. What runs is read back from
+//! `vm.remove-device`. A change beyond `max_vcpus` or the memory room, or of
+//! `coresPerSocket` (the VM's `cpus.topology`, always set: `coresPerSocket` cores per
+//! package, default 1, as many packages as hold `max_vcpus`), which CH cannot change
+//! while the VM exists, is written to the record's `VmConfig` and taken at the next
+//! power-on, which makes the VM anew from it. What runs is read back from
 //! `vm.info` and the disk files; every other field is fixed when the machine is made.
 //!
 //! **Disk transfer** ([`disks`], `migration.strategy: CopyDisk`): export copies a

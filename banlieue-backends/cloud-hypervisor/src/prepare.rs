@@ -50,6 +50,8 @@ pub async fn prepare(
             ),
         ));
     }
+    // A CPU topology CH would refuse at vm.create: refused before anything is written.
+    config::cpus(spec)?;
     // Checked before anything is written: a missing disk leaves no trace.
     let imported = if request.disks_imported {
         Some(import::check(dir, spec)?)

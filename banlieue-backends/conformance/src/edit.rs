@@ -67,28 +67,44 @@ fn cpus(spec: &mut MachineSpec, grow: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// The next divisor of `of` above (or below) `now`: a topology that still holds
+/// `what` (`numCPUs`, or the most vCPUs) with the CPU count unchanged.
+fn next_divisor(of: u32, now: u32, grow: bool, what: &str) -> Result<u32, String> {
+    let divisors = (1..=of).filter(|d| of.is_multiple_of(*d));
+    let next = if grow {
+        divisors.filter(|d| *d > now).min()
+    } else {
+        divisors.filter(|d| *d < now).max()
+    };
+    next.ok_or_else(|| {
+        format!(
+            "{what} {of} has no divisor {} than {now} cores per socket",
+            if grow { "larger" } else { "smaller" }
+        )
+    })
+}
+
 fn cores_per_socket(spec: &mut MachineSpec, grow: bool) -> Result<(), String> {
     match spec {
         // The next divisor of numCPUs up (or down): the CPU count stays.
         MachineSpec::VSphere(s) => {
             let now = s.num_cores_per_socket.unwrap_or(1);
-            let divisors = (1..=s.num_cpus).filter(|d| s.num_cpus.is_multiple_of(*d));
-            let next = if grow {
-                divisors.filter(|d| *d > now).min()
-            } else {
-                divisors.filter(|d| *d < now).max()
-            };
-            let next = next.ok_or_else(|| {
-                format!(
-                    "numCPUs {} has no divisor {} than {now} cores per socket",
-                    s.num_cpus,
-                    if grow { "larger" } else { "smaller" }
-                )
-            })?;
-            s.num_cores_per_socket = Some(next);
+            s.num_cores_per_socket = Some(next_divisor(s.num_cpus, now, grow, "numCPUs")?);
         }
         // Proxmox's cores per socket (the CPU count follows).
         MachineSpec::Proxmox(s) => s.cores = step(s.cores, 1, grow, "cores")?,
+        // libvirt's and Cloud Hypervisor's topology holds the most vCPUs (maxCPUs, else
+        // cpus): the next divisor of that (unset is one core per socket).
+        MachineSpec::Libvirt(s) => {
+            let max = s.max_cpus.unwrap_or(s.cpus).max(s.cpus);
+            let now = s.cores_per_socket.unwrap_or(1);
+            s.cores_per_socket = Some(next_divisor(max, now, grow, "maxCPUs")?);
+        }
+        MachineSpec::CloudHypervisor(s) => {
+            let max = s.max_cpus.unwrap_or(s.cpus).max(s.cpus);
+            let now = s.cores_per_socket.unwrap_or(1);
+            s.cores_per_socket = Some(next_divisor(max, now, grow, "maxCPUs")?);
+        }
         other => {
             return Err(format!(
                 "a {} has no CPU topology to edit (it lists coresPerSocket in its table: \
@@ -287,6 +303,16 @@ mod tests {
         )
     }
 
+    fn cloud_hypervisor(cpus: u32, max: u32, cores: Option<u32>) -> MachineSpec {
+        MachineSpec::CloudHypervisor(
+            serde_json::from_value(json!({
+                "image": {"kernel": "/k", "disk": "/d.raw"}, "cpus": cpus, "maxCPUs": max,
+                "coresPerSocket": cores, "memoryMiB": 512,
+            }))
+            .unwrap(),
+        )
+    }
+
     fn edited(
         mut spec: MachineSpec,
         field: MachineField,
@@ -312,6 +338,18 @@ mod tests {
             (vsphere(2, None), F::MemoryMib, true, vec![F::MemoryMib]),
             (vsphere(2, None), F::Networks, true, vec![F::Networks]),
             (libvirt(), F::Cpus, true, vec![F::Cpus]),
+            (
+                cloud_hypervisor(1, 4, None),
+                F::CoresPerSocket,
+                true,
+                vec![F::CoresPerSocket],
+            ),
+            (
+                cloud_hypervisor(1, 4, Some(4)),
+                F::CoresPerSocket,
+                false,
+                vec![F::CoresPerSocket],
+            ),
             (libvirt(), F::DataDisks, true, vec![F::DataDisks]),
             (libvirt(), F::Firmware, true, vec![F::Firmware]),
         ];
@@ -350,12 +388,35 @@ mod tests {
             (vsphere(2, None), F::OsDiskSize, false),
             (vsphere(2, None), F::DataDiskSize, true),
             (vsphere(2, None), F::Networks, false),
+            // One vCPU at most: no topology but one core per socket.
             (libvirt(), F::CoresPerSocket, true),
+            (libvirt(), F::CoresPerSocket, false),
+            (cloud_hypervisor(1, 3, Some(3)), F::CoresPerSocket, true),
             (libvirt(), F::DataDisks, false),
         ] {
             let why = edited(spec, field, grow).unwrap_err();
             assert!(!why.is_empty());
         }
+    }
+
+    /// The cores per socket of libvirt and Cloud Hypervisor step through the divisors
+    /// of the most vCPUs (maxCPUs), whatever cpus is.
+    #[test]
+    fn cores_per_socket_divide_the_most_vcpus() {
+        let cores = |spec: &MachineSpec| spec.resources().cores_per_socket;
+        let spec = cloud_hypervisor(1, 4, None);
+        let two = edited(spec, MachineField::CoresPerSocket, true).unwrap();
+        assert_eq!(cores(&two), Some(2));
+        let four = edited(two, MachineField::CoresPerSocket, true).unwrap();
+        assert_eq!(cores(&four), Some(4));
+        let MachineSpec::Libvirt(mut s) = libvirt() else {
+            unreachable!()
+        };
+        s.cpus = 2;
+        s.max_cpus = Some(6);
+        s.cores_per_socket = Some(3);
+        let down = edited(MachineSpec::Libvirt(s), MachineField::CoresPerSocket, false).unwrap();
+        assert_eq!(cores(&down), Some(2));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use virt::domain::Domain;
 
 use crate::client::Client;
 use crate::domain::{
-    VolumeRef, data_volume_name, interface_xml, macs, os_volume_name, volume_prefix,
+    Topology, VolumeRef, data_volume_name, interface_xml, macs, os_volume_name, volume_prefix,
 };
 use crate::error::{classify, is_not_found};
 use crate::machine::{check_uid, find, keyed, observe_domain, provider_id, spec_of};
@@ -47,13 +47,20 @@ const GIB: u64 = 1024 * 1024 * 1024;
 ///   hot-plugged (`virDomainAttachDeviceFlags`, live and persistent) with the MAC
 ///   banlieue derives for its index. Removing one is Never (hot-unplug needs the
 ///   guest's cooperation, and a later index would change its MAC).
-/// - `firmware`, `coresPerSocket` (banlieue defines no topology) and `dataDisks`
-///   added or removed: **Never**.
+/// - `coresPerSocket`: **NextBoot** both ways. The topology (`<cpu><topology>`) is
+///   fixed while QEMU runs (it is on QEMU's command line, `-smp`; no libvirt call
+///   changes it on a live domain), so the persistent definition is rewritten and
+///   defined again with the new topology (sockets = most vCPUs ÷ cores), and the next
+///   boot starts with it. The running domain keeps its own until then, and reads back
+///   unchanged. A maximum that is not a multiple of the new cores is refused
+///   (`CpuTopologyMismatch`) before anything is written.
+/// - `firmware` and `dataDisks` added or removed: **Never**.
 pub fn change_table() -> Vec<ChangeRule> {
     use ChangeMode::*;
     use MachineField as M;
     vec![
         ChangeRule::grow_shrink(M::Cpus, Live, NextBoot),
+        ChangeRule::both(M::CoresPerSocket, NextBoot),
         ChangeRule::grow_shrink(M::MemoryMib, Live, NextBoot),
         ChangeRule::grow_shrink(M::OsDiskSize, Live, Never),
         ChangeRule::grow_shrink(M::DataDiskSize, Live, Never),
@@ -76,6 +83,8 @@ pub struct DomainShape {
     /// boot memory are then changed by rewriting its persistent definition, which
     /// libvirt's vCPU and memory calls refuse to do.
     pub numa: bool,
+    /// The CPU topology (`<cpu><topology>`), when the domain defines one.
+    pub topology: Option<Topology>,
     /// `<interface>` devices.
     pub interfaces: u32,
     /// BIOS, EFI, or EFI with Secure Boot (`<loader secure='yes'>`).
@@ -124,6 +133,11 @@ pub fn parse_shape(xml: &str) -> Result<DomainShape, String> {
         None => None,
     };
     let numa = child("cpu").is_some_and(|c| c.children().any(|n| n.has_tag_name("numa")));
+    let topology =
+        match child("cpu").and_then(|c| c.children().find(|n| n.has_tag_name("topology"))) {
+            Some(t) => Some(parse_topology(t)?),
+            None => None,
+        };
     let os = child("os");
     let loader = os.and_then(|o| o.children().find(|n| n.has_tag_name("loader")));
     let efi = os.and_then(|o| o.attribute("firmware")) == Some("efi")
@@ -139,6 +153,7 @@ pub fn parse_shape(xml: &str) -> Result<DomainShape, String> {
         memory_kib,
         max_memory_kib,
         numa,
+        topology,
         firmware,
         ..Default::default()
     };
@@ -170,6 +185,31 @@ pub fn parse_shape(xml: &str) -> Result<DomainShape, String> {
     Ok(shape)
 }
 
+/// A `<topology>` element: `sockets`, `cores` and `threads` are required (libvirt
+/// writes them all), `dies` and `clusters` default to 1.
+fn parse_topology(node: roxmltree::Node<'_, '_>) -> Result<Topology, String> {
+    let attr = |name: &str, default: Option<u32>| -> Result<u32, String> {
+        match node.attribute(name) {
+            Some(v) => v
+                .trim()
+                .parse::<u32>()
+                .map_err(|e| format!("<topology {name}>: {e}")),
+            None => default.ok_or_else(|| format!("<topology> without {name}")),
+        }
+    };
+    let topology = Topology {
+        sockets: attr("sockets", None)?,
+        dies: attr("dies", Some(1))?,
+        clusters: attr("clusters", Some(1))?,
+        cores: attr("cores", None)?,
+        threads: attr("threads", None)?,
+    };
+    if topology.per_socket() == 0 || topology.sockets == 0 {
+        return Err(format!("<topology> with a zero part: {topology:?}"));
+    }
+    Ok(topology)
+}
+
 /// The additional disk's name of a volume banlieue made for `uid`
 /// (`bnl-<uid>-disk-<name>.qcow2`).
 pub fn data_disk_name<'a>(uid: &str, volume: &'a str) -> Option<&'a str> {
@@ -188,6 +228,10 @@ pub fn resources(
     let os = os_volume_name(uid);
     let mut out = MachineResources {
         cpus: shape.vcpus,
+        // Without `<topology>` libvirt starts QEMU with one socket per vCPU
+        // (`-smp N,maxcpus=M,sockets=M,cores=1,threads=1`, seen on the rig's QEMU
+        // command line): one core per socket, not an unknown.
+        cores_per_socket: Some(shape.topology.map_or(1, |t| t.per_socket())),
         memory_mib: shape.memory_kib / KIB,
         networks: shape.interfaces,
         firmware: Some(shape.firmware),
@@ -242,12 +286,15 @@ pub enum Step {
         kib: u64,
     },
     /// The persistent definition rewritten ([`rewrite_persistent`]) and defined again:
-    /// a domain with a NUMA cell takes its next boot's vCPUs and memory this way.
+    /// a domain with a NUMA cell or a CPU topology takes its next boot's vCPUs and
+    /// memory this way, and every domain its next boot's topology.
     Redefine {
         /// vCPUs plugged and maximum, when they change.
         vcpus: Option<(u32, u32)>,
         /// Boot memory and hot-plug ceiling in KiB, when they change.
         memory: Option<(u64, u64)>,
+        /// Cores per socket, when they change.
+        cores: Option<u32>,
     },
     /// `virDomainBlockResize` of a running domain's disk.
     BlockResize {
@@ -306,9 +353,18 @@ pub fn plan(
     fields: &[MachineField],
 ) -> Result<Vec<Step>, BackendError> {
     let mut steps = Vec::new();
+    let config_cores = now.config.topology.map_or(1, |t| t.per_socket());
+    let want_cores = spec.cores_per_socket.unwrap_or(1);
+    let new_cores = (fields.contains(&MachineField::CoresPerSocket) && want_cores != config_cores)
+        .then_some(want_cores);
+    // libvirt's vCPU calls refuse a maximum the topology does not hold, and a NUMA
+    // cell must list every vCPU: with either, the definition is rewritten as a whole.
+    let rewrite_vcpus = now.config.numa || now.config.topology.is_some() || new_cores.is_some();
     for field in fields {
         match field {
-            MachineField::Cpus => cpus(spec, now, &mut steps),
+            MachineField::Cpus => cpus(spec, now, rewrite_vcpus, &mut steps),
+            // Written below, in the one rewrite of the definition.
+            MachineField::CoresPerSocket => {}
             MachineField::MemoryMib => memory(spec, now, &mut steps),
             MachineField::OsDiskSize => {
                 if let Some(gib) = spec.disk_gib {
@@ -337,10 +393,28 @@ pub fn plan(
             }
         }
     }
+    if let Some(cores) = new_cores {
+        redefine(&mut steps, None, None, Some(cores));
+    }
+    check_topology(now.config, &steps)?;
     Ok(steps)
 }
 
-fn cpus(spec: &LibvirtMachineSpec, now: &Current<'_>, steps: &mut Vec<Step>) {
+/// The topology the rewrite leaves must hold the maximum it leaves: checked before
+/// anything is written (libvirt would refuse the definition, after the live steps).
+fn check_topology(config: &DomainShape, steps: &[Step]) -> Result<(), BackendError> {
+    for step in steps {
+        if let Step::Redefine { vcpus, cores, .. } = step {
+            let max = vcpus.map_or(config.max_vcpus, |(_, max)| max);
+            if let Some(cores) = cores.or(config.topology.map(|t| t.per_socket())) {
+                Topology::for_machine(max, cores)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cpus(spec: &LibvirtMachineSpec, now: &Current<'_>, rewrite: bool, steps: &mut Vec<Step>) {
     let count = spec.cpus;
     let max = spec.max_cpus.unwrap_or(count).max(count);
     // Hot-plug only adds, and only up to what QEMU was started with.
@@ -352,9 +426,9 @@ fn cpus(spec: &LibvirtMachineSpec, now: &Current<'_>, steps: &mut Vec<Step>) {
         });
     }
     let config = now.config;
-    if config.numa {
+    if rewrite {
         if (count, max) != (config.vcpus, config.max_vcpus) {
-            redefine(steps, Some((count, max)), None);
+            redefine(steps, Some((count, max)), None, None);
         }
         return;
     }
@@ -377,19 +451,30 @@ fn cpus(spec: &LibvirtMachineSpec, now: &Current<'_>, steps: &mut Vec<Step>) {
 }
 
 /// Adds a [`Step::Redefine`], or merges into the one planned already.
-fn redefine(steps: &mut Vec<Step>, vcpus: Option<(u32, u32)>, memory: Option<(u64, u64)>) {
+fn redefine(
+    steps: &mut Vec<Step>,
+    vcpus: Option<(u32, u32)>,
+    memory: Option<(u64, u64)>,
+    cores: Option<u32>,
+) {
     for step in steps.iter_mut() {
         if let Step::Redefine {
             vcpus: v,
             memory: m,
+            cores: c,
         } = step
         {
             *v = vcpus.or(*v);
             *m = memory.or(*m);
+            *c = cores.or(*c);
             return;
         }
     }
-    steps.push(Step::Redefine { vcpus, memory });
+    steps.push(Step::Redefine {
+        vcpus,
+        memory,
+        cores,
+    });
 }
 
 fn memory(spec: &LibvirtMachineSpec, now: &Current<'_>, steps: &mut Vec<Step>) {
@@ -411,7 +496,7 @@ fn memory(spec: &LibvirtMachineSpec, now: &Current<'_>, steps: &mut Vec<Step>) {
             .unwrap_or(kib)
             .max(kib);
         if (kib, Some(max)) != (config.memory_kib, config.max_memory_kib) {
-            redefine(steps, None, Some((kib, max)));
+            redefine(steps, None, Some((kib, max)), None);
         }
         return;
     }
@@ -478,15 +563,18 @@ pub fn dimm_xml(kib: u64) -> String {
     )
 }
 
-/// A domain's persistent XML with `vcpus` (plugged, maximum) and `memory` (boot
-/// memory, hot-plug ceiling, KiB) in place of its own: `<vcpu>`, `<memory>`,
-/// `<currentMemory>`, `<maxMemory>` (its slots kept) and the NUMA cell are replaced,
-/// and with a new memory size the memory modules are dropped (the boot memory holds
-/// it all). Everything else is kept byte for byte.
+/// A domain's persistent XML with `vcpus` (plugged, maximum), `memory` (boot
+/// memory, hot-plug ceiling, KiB) and `cores` (per socket) in place of its own:
+/// `<vcpu>`, `<memory>`, `<currentMemory>`, `<maxMemory>` (its slots kept), the NUMA
+/// cell and the CPU topology are replaced, and with a new memory size the memory
+/// modules are dropped (the boot memory holds it all). The topology holds the
+/// maximum it leaves: `cores` per socket, or the domain's own cores with as many
+/// sockets as the new maximum needs. Everything else is kept byte for byte.
 pub fn rewrite_persistent(
     xml: &str,
     vcpus: Option<(u32, u32)>,
     memory: Option<(u64, u64)>,
+    cores: Option<u32>,
 ) -> Result<String, String> {
     let doc = roxmltree::Document::parse(xml).map_err(|e| format!("domain XML: {e}"))?;
     let root = doc.root_element();
@@ -548,6 +636,24 @@ pub fn rewrite_persistent(
         let text = crate::domain::numa_xml(max_vcpus, memory_kib);
         edits.push((numa.range(), text.trim().to_owned()));
     }
+    let topology = match (cores, shape.topology) {
+        (Some(cores), _) => Some(cores),
+        (None, Some(t)) if vcpus.is_some() => Some(t.per_socket()),
+        _ => None,
+    };
+    if let Some(per_socket) = topology {
+        let mut t = Topology::for_machine(max_vcpus, per_socket).map_err(|e| e.message)?;
+        // The domain's own split of a socket is kept when only the sockets change.
+        if cores.is_none()
+            && let Some(own) = shape.topology
+        {
+            t = Topology {
+                sockets: t.sockets,
+                ..own
+            };
+        }
+        edits.push(topology_edit(xml, &doc, &t.xml())?);
+    }
     edits.sort_by_key(|(range, _)| std::cmp::Reverse(range.start));
     let mut out = xml.to_owned();
     for (range, text) in edits {
@@ -556,11 +662,49 @@ pub fn rewrite_persistent(
     Ok(out)
 }
 
+/// Where `topology` goes in `xml`: in place of the domain's `<topology>`, else at the
+/// end of its `<cpu>` (a self-closing one opened), else in a `<cpu>` of its own before
+/// `<devices>` (libvirt's schema takes a domain's elements in any order).
+fn topology_edit(
+    xml: &str,
+    doc: &roxmltree::Document<'_>,
+    topology: &str,
+) -> Result<(std::ops::Range<usize>, String), String> {
+    let root = doc.root_element();
+    let Some(cpu) = root.children().find(|n| n.has_tag_name("cpu")) else {
+        let at = root
+            .children()
+            .find(|n| n.has_tag_name("devices"))
+            .map(|d| d.range().start)
+            .or_else(|| xml[..root.range().end].rfind("</domain>"))
+            .ok_or("no </domain>")?;
+        return Ok((at..at, format!("<cpu>\n    {topology}\n  </cpu>\n  ")));
+    };
+    if let Some(own) = cpu.children().find(|n| n.has_tag_name("topology")) {
+        return Ok((own.range(), topology.to_owned()));
+    }
+    let range = cpu.range();
+    let text = &xml[range.clone()];
+    if let Some(open) = text.strip_suffix("/>") {
+        return Ok((
+            range,
+            format!("{}>\n    {topology}\n  </cpu>", open.trim_end()),
+        ));
+    }
+    let close = range.end - "</cpu>".len();
+    if !text.ends_with("</cpu>") {
+        return Err(format!(
+            "a <cpu> element that does not end in </cpu>: {text}"
+        ));
+    }
+    Ok((close..close, format!("  {topology}\n  ")))
+}
+
 fn field_of(step: &Step) -> &'static str {
     match step {
         Step::Vcpus { .. } => "cpus",
         Step::Memory { .. } | Step::AttachMemory { .. } => "memoryMiB",
-        Step::Redefine { .. } => "cpus/memoryMiB",
+        Step::Redefine { .. } => "cpus/memoryMiB/coresPerSocket",
         Step::BlockResize { .. } | Step::VolumeResize { .. } => "disk size",
         Step::AttachInterface { .. } => "networks",
     }
@@ -610,11 +754,15 @@ fn run(conn: &Connect, dom: &Domain, step: &Step) -> Result<(), BackendError> {
         }
         Step::AttachInterface { xml, live } => dom.attach_device_flags(xml, scope(*live)),
         Step::AttachMemory { kib } => dom.attach_device_flags(&dimm_xml(*kib), scope(true)),
-        Step::Redefine { vcpus, memory } => {
+        Step::Redefine {
+            vcpus,
+            memory,
+            cores,
+        } => {
             let xml = dom
                 .xml_desc(sys::VIR_DOMAIN_XML_INACTIVE)
                 .map_err(|e| classify("reading the domain's persistent definition", &e))?;
-            let xml = rewrite_persistent(&xml, *vcpus, *memory)
+            let xml = rewrite_persistent(&xml, *vcpus, *memory, *cores)
                 .map_err(|e| BackendError::transient("DomainUnreadable", e))?;
             conn.define_domain_xml(&xml).map(|_| ())
         }
@@ -836,7 +984,7 @@ mod tests {
             r,
             MachineResources {
                 cpus: 1,
-                cores_per_socket: None,
+                cores_per_socket: Some(1),
                 memory_mib: 256,
                 os_disk_gib: Some(1),
                 data_disks: vec![DiskSize {
@@ -1002,7 +1150,8 @@ mod tests {
                 Step::AttachMemory { kib: 131072 },
                 Step::Redefine {
                     vcpus: None,
-                    memory: Some((524288, 1048576))
+                    memory: Some((524288, 1048576)),
+                    cores: None,
                 }
             ]
         );
@@ -1016,7 +1165,8 @@ mod tests {
                 vcpus(2, true, false),
                 Step::Redefine {
                     vcpus: Some((2, 2)),
-                    memory: Some((2 << 20, 4 << 20))
+                    memory: Some((2 << 20, 4 << 20)),
+                    cores: None,
                 }
             ],
             "the vCPU within maxCPUs live, one rewrite for both"
@@ -1028,14 +1178,16 @@ mod tests {
             plan_for(&s, false, &shape, &shape, &[MemoryMib]),
             [Step::Redefine {
                 vcpus: None,
-                memory: Some((524288, 1048576))
+                memory: Some((524288, 1048576)),
+                cores: None,
             }]
         );
     }
 
     #[test]
     fn the_persistent_definition_is_rewritten_in_place() {
-        let out = rewrite_persistent(NUMA_XML, Some((3, 4)), Some((524288, 2097152))).unwrap();
+        let out =
+            rewrite_persistent(NUMA_XML, Some((3, 4)), Some((524288, 2097152)), None).unwrap();
         let shape = parse_shape(&out).unwrap();
         assert_eq!(
             (
@@ -1059,7 +1211,7 @@ mod tests {
         );
         assert!(out.contains("<interface type='network'>"), "kept: {out}");
         // vCPUs only: the memory and its modules are kept, the cell covers every vCPU.
-        let cpus_only = rewrite_persistent(NUMA_XML, Some((4, 4)), None).unwrap();
+        let cpus_only = rewrite_persistent(NUMA_XML, Some((4, 4)), None, None).unwrap();
         assert!(
             cpus_only.contains("<vcpu placement='static'>4</vcpu>"),
             "{cpus_only}"
@@ -1070,10 +1222,136 @@ mod tests {
         );
         assert!(cpus_only.contains("model='dimm'"), "{cpus_only}");
         assert_eq!(
-            rewrite_persistent(NUMA_XML, None, None).unwrap(),
+            rewrite_persistent(NUMA_XML, None, None, None).unwrap(),
             NUMA_XML,
             "nothing asked: the same document"
         );
+    }
+
+    /// A persistent XML as libvirt formats a domain made with `coresPerSocket` 2 and
+    /// `maxCPUs` 4 (trimmed).
+    const TOPOLOGY_XML: &str = "<domain type='qemu'>
+  <name>ns.m</name>
+  <memory unit='KiB'>262144</memory>
+  <vcpu placement='static' current='1'>4</vcpu>
+  <os><type arch='x86_64' machine='pc-i440fx-7.2'>hvm</type></os>
+  <cpu>
+    <topology sockets='2' dies='1' cores='2' threads='1'/>
+  </cpu>
+  <devices>
+    <interface type='network'><source network='n'/></interface>
+  </devices>
+</domain>";
+
+    fn topology_of(xml: &str) -> (u32, u32, u32, Option<(u32, u32, u32)>) {
+        let s = parse_shape(xml).unwrap();
+        (
+            s.vcpus,
+            s.max_vcpus,
+            resources(UID, &s, |_| None).cores_per_socket.unwrap(),
+            s.topology.map(|t| (t.sockets, t.cores, t.threads)),
+        )
+    }
+
+    #[test]
+    fn a_topology_is_rewritten_for_the_next_boot_over_the_new_maximum() {
+        assert_eq!(topology_of(TOPOLOGY_XML), (1, 4, 2, Some((2, 2, 1))));
+        // New cores: the sockets follow the maximum.
+        let four = rewrite_persistent(TOPOLOGY_XML, None, None, Some(4)).unwrap();
+        assert_eq!(topology_of(&four), (1, 4, 4, Some((1, 4, 1))), "{four}");
+        assert!(four.contains("<interface type='network'>"), "kept: {four}");
+        // A new maximum keeps the cores: more sockets.
+        let six = rewrite_persistent(TOPOLOGY_XML, Some((2, 6)), None, None).unwrap();
+        assert_eq!(topology_of(&six), (2, 6, 2, Some((3, 2, 1))), "{six}");
+        // One that the cores do not divide is refused, named.
+        let odd = rewrite_persistent(TOPOLOGY_XML, Some((2, 5)), None, None).unwrap_err();
+        assert!(
+            odd.contains("5 vCPUs") && odd.contains("coresPerSocket 2"),
+            "{odd}"
+        );
+        // A domain without a topology gets one: in its <cpu>, or in a <cpu> of its own.
+        let plain = "<domain><vcpu>4</vcpu><memory>1024</memory><devices/></domain>";
+        assert_eq!(topology_of(plain), (4, 4, 1, None));
+        let added = rewrite_persistent(plain, None, None, Some(2)).unwrap();
+        assert_eq!(topology_of(&added), (4, 4, 2, Some((2, 2, 1))), "{added}");
+        let closed = "<domain><vcpu>4</vcpu><memory>1024</memory>\
+                      <cpu mode='host-passthrough' check='none'/><devices/></domain>";
+        let opened = rewrite_persistent(closed, None, None, Some(4)).unwrap();
+        assert!(
+            opened.contains("<cpu mode='host-passthrough' check='none'>\n    <topology sockets='1' dies='1' cores='4' threads='1'/>\n  </cpu>"),
+            "{opened}"
+        );
+        let numa = rewrite_persistent(NUMA_XML, None, None, Some(2)).unwrap();
+        assert_eq!(topology_of(&numa).3, Some((1, 2, 1)), "{numa}");
+        assert!(
+            numa.contains("<cell id='0' cpus='0-1'"),
+            "the cell kept: {numa}"
+        );
+        assert_eq!(
+            rewrite_persistent(TOPOLOGY_XML, None, None, None).unwrap(),
+            TOPOLOGY_XML,
+            "nothing asked: the same document"
+        );
+    }
+
+    #[test]
+    fn cores_per_socket_waits_in_the_persistent_definition() {
+        use MachineField::{CoresPerSocket, Cpus};
+        let with = parse_shape(TOPOLOGY_XML).unwrap();
+        let mut s = spec(1, Some(4), 256);
+        s.cores_per_socket = Some(4);
+        let redefine = |vcpus, cores| Step::Redefine {
+            vcpus,
+            memory: None,
+            cores,
+        };
+        // Running or off, the definition is rewritten; nothing is done live.
+        for active in [true, false] {
+            assert_eq!(
+                plan_for(&s, active, &with, &with, &[CoresPerSocket]),
+                [redefine(None, Some(4))]
+            );
+        }
+        // Written already: nothing to do.
+        let written =
+            parse_shape(&rewrite_persistent(TOPOLOGY_XML, None, None, Some(4)).unwrap()).unwrap();
+        assert_eq!(plan_for(&s, true, &with, &written, &[CoresPerSocket]), []);
+        // With a topology, a vCPU is still plugged live within the maximum, and the
+        // next boot's count is written by the rewrite (libvirt's vCPU call would refuse
+        // a maximum the topology does not hold); both fields, one rewrite.
+        s.cpus = 2;
+        assert_eq!(
+            plan_for(&s, true, &with, &with, &[Cpus, CoresPerSocket]),
+            [vcpus(2, true, false), redefine(Some((2, 4)), Some(4))]
+        );
+        // A new maximum the cores do not divide: refused before anything is done.
+        s.max_cpus = Some(6);
+        s.cpus = 6;
+        let capacities = [];
+        let now = Current {
+            active: true,
+            live: &with,
+            config: &with,
+            capacities: &capacities,
+        };
+        let err = plan(UID, &s, &now, &[Cpus, CoresPerSocket]).unwrap_err();
+        assert_eq!(err.reason, "CpuTopologyMismatch");
+        assert!(
+            err.message.contains("6 vCPUs") && err.message.contains("coresPerSocket 4"),
+            "{err}"
+        );
+        // A domain without a topology takes one; its vCPU maximum goes with it.
+        let plain = shape(1, 2, 256);
+        s.cores_per_socket = Some(2);
+        s.max_cpus = Some(4);
+        s.cpus = 1;
+        assert_eq!(
+            plan_for(&s, true, &plain, &plain, &[Cpus, CoresPerSocket]),
+            [redefine(Some((1, 4)), Some(2))]
+        );
+        // Unset is one core per socket: a domain without a topology has it already.
+        s.cores_per_socket = None;
+        assert_eq!(plan_for(&s, true, &plain, &plain, &[CoresPerSocket]), []);
     }
 
     #[test]

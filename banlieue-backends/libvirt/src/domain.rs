@@ -9,7 +9,7 @@ use banlieue_sdk::api::common::Firmware;
 use banlieue_sdk::api::infra::libvirt::{
     LibvirtCpuMode, LibvirtMachineSpec, LibvirtNetworkInterface,
 };
-use banlieue_sdk::backend::MachineIdentity;
+use banlieue_sdk::backend::{BackendError, MachineIdentity};
 
 use crate::xml::escape;
 
@@ -194,8 +194,86 @@ pub fn numa_xml(vcpus: u32, memory_kib: u64) -> String {
     )
 }
 
-/// The domain XML.
-pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
+/// A domain's CPU topology (`<cpu><topology>`). libvirt refuses one whose product is
+/// not the domain's most vCPUs (`<vcpu>`): it describes every vCPU the domain can
+/// have, plugged or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Topology {
+    /// `sockets`.
+    pub sockets: u32,
+    /// `dies` per socket.
+    pub dies: u32,
+    /// `clusters` per die (libvirt 10.1 and later; 1 when absent).
+    pub clusters: u32,
+    /// `cores` per cluster.
+    pub cores: u32,
+    /// `threads` per core.
+    pub threads: u32,
+}
+
+impl Topology {
+    /// The topology banlieue defines: `cores` per socket, one die, one thread per core,
+    /// as many sockets as hold `max_vcpus`. Refused (terminal, before anything is made)
+    /// when `max_vcpus` is not a multiple of `cores`: libvirt would refuse the domain.
+    pub fn for_machine(max_vcpus: u32, cores: u32) -> Result<Self, BackendError> {
+        if cores == 0 || !max_vcpus.is_multiple_of(cores) {
+            return Err(BackendError::terminal(
+                "CpuTopologyMismatch",
+                format!(
+                    "the domain can have {max_vcpus} vCPUs (maxCPUs, else cpus), which is not \
+                     a multiple of coresPerSocket {cores}: libvirt's CPU topology (sockets × \
+                     cores) must hold exactly the most vCPUs the domain can have; make \
+                     maxCPUs a multiple of coresPerSocket, or change coresPerSocket"
+                ),
+            ));
+        }
+        Ok(Self {
+            sockets: max_vcpus / cores,
+            dies: 1,
+            clusters: 1,
+            cores,
+            threads: 1,
+        })
+    }
+
+    /// vCPUs per socket (dies × clusters × cores × threads): what banlieue calls cores
+    /// per socket (banlieue's own topologies have one die and one thread per core).
+    pub fn per_socket(&self) -> u32 {
+        self.dies * self.clusters * self.cores * self.threads
+    }
+
+    /// The `<topology>` element (`clusters` only when not 1: older libvirt does not
+    /// know the attribute).
+    pub fn xml(&self) -> String {
+        let clusters = if self.clusters == 1 {
+            String::new()
+        } else {
+            format!(" clusters='{}'", self.clusters)
+        };
+        format!(
+            "<topology sockets='{}' dies='{}'{clusters} cores='{}' threads='{}'/>",
+            self.sockets, self.dies, self.cores, self.threads
+        )
+    }
+}
+
+/// The most vCPUs the spec's domain can have: `maxCPUs`, else `cpus`.
+pub fn max_vcpus(spec: &LibvirtMachineSpec) -> u32 {
+    spec.max_cpus.unwrap_or(spec.cpus).max(spec.cpus)
+}
+
+/// The topology the spec asks (`coresPerSocket`), `None` without it (libvirt then
+/// starts QEMU with one socket per vCPU). A maximum that is not a multiple of
+/// `coresPerSocket` is refused: admission refuses it too, this is the last guard.
+pub fn spec_topology(spec: &LibvirtMachineSpec) -> Result<Option<Topology>, BackendError> {
+    spec.cores_per_socket
+        .map(|cores| Topology::for_machine(max_vcpus(spec), cores))
+        .transpose()
+}
+
+/// The domain XML. Refused when the spec's CPU topology cannot be defined
+/// ([`spec_topology`]).
+pub fn domain_xml(plan: &DomainPlan<'_>) -> Result<String, BackendError> {
     let spec = plan.spec;
     let id = plan.identity;
     let mut out = String::new();
@@ -229,7 +307,7 @@ pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
     ));
     // Room to hot-add vCPUs: QEMU is started with `maxCPUs` possible vCPUs, `cpus` of
     // them plugged.
-    let max_vcpus = spec.max_cpus.unwrap_or(spec.cpus).max(spec.cpus);
+    let max_vcpus = max_vcpus(spec);
     if max_vcpus > spec.cpus {
         out.push_str(&format!(
             "  <vcpu current='{}'>{max_vcpus}</vcpu>\n",
@@ -271,14 +349,22 @@ pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
         (DomainType::Kvm, LibvirtCpuMode::HostModel) => Some(" mode='host-model'"),
         _ => None,
     };
-    let numa = max_memory.map(|_| numa_xml(max_vcpus, spec.memory_mib * 1024));
-    match (mode, numa) {
-        (Some(mode), None) => out.push_str(&format!("  <cpu{mode}/>\n")),
-        (mode, Some(numa)) => out.push_str(&format!(
-            "  <cpu{}>\n{numa}  </cpu>\n",
+    // `coresPerSocket`: the topology covers every vCPU the domain can have, plugged or
+    // not (hot-plug still adds them one at a time).
+    let topology = spec_topology(spec)?
+        .map(|t| format!("    {}\n", t.xml()))
+        .unwrap_or_default();
+    let numa = max_memory
+        .map(|_| numa_xml(max_vcpus, spec.memory_mib * 1024))
+        .unwrap_or_default();
+    let inner = format!("{topology}{numa}");
+    match (mode, inner.is_empty()) {
+        (Some(mode), true) => out.push_str(&format!("  <cpu{mode}/>\n")),
+        (mode, false) => out.push_str(&format!(
+            "  <cpu{}>\n{inner}  </cpu>\n",
             mode.unwrap_or_default()
         )),
-        (None, None) => {}
+        (None, true) => {}
     }
     out.push_str("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n");
     out.push_str("  <devices>\n");
@@ -304,7 +390,7 @@ pub fn domain_xml(plan: &DomainPlan<'_>) -> String {
     out.push_str("    <channel type='unix'>\n      <target type='virtio' name='org.qemu.guest_agent.0'/>\n    </channel>\n");
     out.push_str("    <rng model='virtio'>\n      <backend model='random'>/dev/urandom</backend>\n    </rng>\n");
     out.push_str("  </devices>\n</domain>\n");
-    out
+    Ok(out)
 }
 
 /// What banlieue reads back from a defined domain's XML.

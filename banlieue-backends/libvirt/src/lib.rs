@@ -60,16 +60,18 @@
 //! transient `QemuImgFailed`.
 //!
 //! **Changes to a domain that exists** ([`changes`]): every observation reads back what
-//! the domain runs with (the live XML: `<vcpu current>` and its maximum, `<memory>`
-//! and `<maxMemory>`, interfaces; the volumes' sizes; the firmware of the persistent
-//! definition) and, when it differs, what its next boot uses (the persistent XML).
-//! `spec.maxCPUs` and `spec.maxMemoryMiB` give room to grow live
+//! the domain runs with (the live XML: `<vcpu current>` and its maximum, the CPU
+//! topology, `<memory>` and `<maxMemory>`, interfaces; the volumes' sizes; the firmware
+//! of the persistent definition) and, when it differs, what its next boot uses (the
+//! persistent XML). `spec.maxCPUs` and `spec.maxMemoryMiB` give room to grow live
 //! (`<vcpu current='cpus'>maxCPUs</vcpu>`, `<maxMemory slots='16'>` with one NUMA
-//! cell). vCPUs and memory grow live within it (vCPU hot-plug, a DIMM), beyond it or
-//! when shrinking they are written for the next boot; OS and data disks grow live
-//! (`virDomainBlockResize`); interfaces added at the end are hot-plugged; firmware,
-//! disks added or removed and interfaces removed never change (see
-//! [`changes::change_table`]).
+//! cell); `spec.coresPerSocket` defines `<cpu><topology>` over the most vCPUs (a
+//! maximum it does not divide is refused, `CpuTopologyMismatch`, before anything is
+//! made). vCPUs and memory grow live within it (vCPU hot-plug, a DIMM), beyond it or
+//! when shrinking they are written for the next boot, as is a new topology; OS and
+//! data disks grow live (`virDomainBlockResize`); interfaces added at the end are
+//! hot-plugged; firmware, disks added or removed and interfaces removed never change
+//! (see [`changes::change_table`]).
 //!
 //! `delete` destroys and undefines the domain (with NVRAM, snapshot and checkpoint
 //! metadata), then deletes every volume named `bnl-<uid>-*` in every active pool, so

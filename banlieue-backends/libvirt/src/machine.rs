@@ -173,6 +173,8 @@ fn create(
 ) -> Result<MachineObservation, BackendError> {
     let id = &request.identity;
     let name = domain_name(id);
+    // Before anything is made: a CPU topology libvirt would refuse at define.
+    crate::domain::spec_topology(spec)?;
     // A domain of this name with another UUID is someone else's: never touch it.
     if let Ok(other) = conn.lookup_domain_by_name(&name) {
         let other_uuid = other.uuid_string().unwrap_or_default();
@@ -215,7 +217,7 @@ fn create(
         seed: seed_ref,
     };
     let dom = conn
-        .define_domain_xml(&domain_xml(&plan))
+        .define_domain_xml(&domain_xml(&plan)?)
         .map_err(|e| classify(&format!("defining domain {name}"), &e))?;
     tracing::info!(domain = %name, uid = %id.uid, "defined libvirt domain");
     power(client, conn, &dom, id, spec)

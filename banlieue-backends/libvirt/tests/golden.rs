@@ -59,6 +59,7 @@ fn spec() -> LibvirtMachineSpec {
         storage_pool: "vms".into(),
         cpus: 2,
         max_cpus: None,
+        cores_per_socket: None,
         max_memory_mib: None,
         memory_mib: 2048,
         disk_gib: Some(20),
@@ -125,9 +126,9 @@ fn plan<'a>(
 fn domain_xml_kvm_and_tcg() {
     let id = identity();
     let spec = spec();
-    let kvm = domain_xml(&plan(&id, &spec, DomainType::Kvm));
+    let kvm = domain_xml(&plan(&id, &spec, DomainType::Kvm)).unwrap();
     golden("domain_kvm.xml", &kvm);
-    let tcg = domain_xml(&plan(&id, &spec, DomainType::Qemu));
+    let tcg = domain_xml(&plan(&id, &spec, DomainType::Qemu)).unwrap();
     golden("domain_tcg.xml", &tcg);
     // What banlieue reads back finds the UID, its volumes and the NICs.
     let back = parse_defined(&kvm).unwrap();
@@ -142,7 +143,7 @@ fn secure_boot_asks_for_q35_and_smm() {
     let id = identity();
     let mut spec = spec();
     spec.firmware = Firmware::EfiSecure;
-    let xml = domain_xml(&plan(&id, &spec, DomainType::Kvm));
+    let xml = domain_xml(&plan(&id, &spec, DomainType::Kvm)).unwrap();
     assert!(xml.contains("<os firmware='efi'>"), "{xml}");
     assert!(xml.contains("machine='q35'"), "{xml}");
     assert!(xml.contains("<smm state='on'/>"), "{xml}");
@@ -223,7 +224,7 @@ fn hostile_names_stay_inside_their_attributes() {
     let mut p = plan(&id, &spec, DomainType::Qemu);
     p.name = "ns.x'/><evil/>".into();
     p.os_disk.pool = "p'><x/>".into();
-    let xml = domain_xml(&p);
+    let xml = domain_xml(&p).unwrap();
     let doc = roxmltree::Document::parse(&xml).expect("parses");
     assert!(
         !doc.descendants()
@@ -247,9 +248,9 @@ fn headroom_for_hot_plug() {
     let mut spec = spec();
     spec.max_cpus = Some(8);
     spec.max_memory_mib = Some(8192);
-    let kvm = domain_xml(&plan(&id, &spec, DomainType::Kvm));
+    let kvm = domain_xml(&plan(&id, &spec, DomainType::Kvm)).unwrap();
     golden("domain_kvm_headroom.xml", &kvm);
-    let tcg = domain_xml(&plan(&id, &spec, DomainType::Qemu));
+    let tcg = domain_xml(&plan(&id, &spec, DomainType::Qemu)).unwrap();
     assert!(
         tcg.contains("  <cpu>\n    <numa>\n      <cell id='0' cpus='0-7' memory='2097152' unit='KiB'/>\n    </numa>\n  </cpu>\n"),
         "{tcg}"
@@ -268,10 +269,69 @@ fn headroom_for_hot_plug() {
         );
     }
     // Without headroom nothing of it is written.
-    let plain = domain_xml(&plan(&id, &self::spec(), DomainType::Qemu));
+    let plain = domain_xml(&plan(&id, &self::spec(), DomainType::Qemu)).unwrap();
     assert!(
         !plain.contains("maxMemory")
             && !plain.contains("<numa>")
             && plain.contains("<vcpu>2</vcpu>")
+    );
+}
+
+/// `coresPerSocket` defines the topology over every vCPU the domain can have
+/// (sockets = `maxCPUs` ÷ cores), next to the NUMA cell of memory headroom under KVM,
+/// alone in `<cpu>` under TCG; read back as banlieue's cores per socket. A maximum the
+/// cores do not divide is refused by name, nothing written.
+#[test]
+fn cores_per_socket_is_a_topology_over_the_most_vcpus() {
+    use banlieue_backend_libvirt::changes::{parse_shape, resources};
+    let id = identity();
+    let mut spec = spec();
+    spec.max_cpus = Some(8);
+    spec.max_memory_mib = Some(8192);
+    spec.cores_per_socket = Some(2);
+    let kvm = domain_xml(&plan(&id, &spec, DomainType::Kvm)).unwrap();
+    golden("domain_kvm_topology.xml", &kvm);
+    assert!(
+        kvm.contains("  <vcpu current='2'>8</vcpu>\n")
+            && kvm.contains("  <cpu mode='host-passthrough' check='none'>\n    <topology sockets='4' dies='1' cores='2' threads='1'/>\n    <numa>"),
+        "{kvm}"
+    );
+    spec.max_memory_mib = None;
+    let tcg = domain_xml(&plan(&id, &spec, DomainType::Qemu)).unwrap();
+    assert!(
+        tcg.contains(
+            "  <cpu>\n    <topology sockets='4' dies='1' cores='2' threads='1'/>\n  </cpu>\n"
+        ),
+        "{tcg}"
+    );
+    for xml in [&kvm, &tcg] {
+        let shape = parse_shape(xml).unwrap();
+        let t = shape.topology.expect("a topology");
+        assert_eq!((t.sockets, t.cores, t.per_socket()), (4, 2, 2));
+        assert_eq!(resources(UID, &shape, |_| None).cores_per_socket, Some(2));
+    }
+    // Without coresPerSocket: no topology, which libvirt starts as one core per socket.
+    let plain = domain_xml(&plan(&id, &self::spec(), DomainType::Qemu)).unwrap();
+    assert!(!plain.contains("<topology"), "{plain}");
+    let shape = parse_shape(&plain).unwrap();
+    assert_eq!(shape.topology, None);
+    assert_eq!(resources(UID, &shape, |_| None).cores_per_socket, Some(1));
+
+    // 8 vCPUs at most do not split into sockets of 3 cores.
+    spec.cores_per_socket = Some(3);
+    let err = domain_xml(&plan(&id, &spec, DomainType::Kvm)).unwrap_err();
+    assert_eq!(err.reason, "CpuTopologyMismatch");
+    assert!(!err.is_transient());
+    assert!(
+        err.message.contains("8 vCPUs") && err.message.contains("coresPerSocket 3"),
+        "{err}"
+    );
+    // Without maxCPUs the maximum is cpus.
+    spec.max_cpus = None;
+    spec.cpus = 6;
+    let six = domain_xml(&plan(&id, &spec, DomainType::Qemu)).unwrap();
+    assert!(
+        six.contains("<topology sockets='2' dies='1' cores='3' threads='1'/>"),
+        "{six}"
     );
 }

@@ -30,6 +30,14 @@ use super::common::{DiskProvisioning, Firmware};
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.coresPerSocket) || self.cpus % self.coresPerSocket == 0")
     .message("cpus must be a multiple of coresPerSocket"))]
+// Every backend's topology holds every CPU the VM can grow to (libvirt's sockets ×
+// cores and Cloud Hypervisor's packages × cores must equal the maximum; vSphere keeps
+// its CPU count a multiple of the cores per socket): refused here, before anything is
+// made. The message cannot name the values: a messageExpression with `string()` of a
+// number is refused by the apiserver (its estimated cost has no bound); the backends'
+// own refusal, `CpuTopologyMismatch`, names them.
+#[x_kube(validation = Rule::new("!has(self.coresPerSocket) || !has(self.maxCPUs) || self.maxCPUs % self.coresPerSocket == 0")
+    .message("maxCPUs must be a multiple of coresPerSocket: the CPU topology (sockets × coresPerSocket) holds every CPU the VM can grow to; make maxCPUs a multiple of coresPerSocket, or change coresPerSocket"))]
 #[x_kube(validation = Rule::new("!has(self.maxCPUs) || self.maxCPUs >= self.cpus")
     .message("maxCPUs is the most CPUs the VM can grow to while it runs: it must be at least cpus (raise maxCPUs, or lower cpus)"))]
 #[x_kube(validation = Rule::new("!has(self.maxMemoryMiB) || self.maxMemoryMiB >= self.memoryMiB")
@@ -48,7 +56,8 @@ pub struct VMClassSpec {
     #[serde(rename = "maxCPUs", default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 768))]
     pub max_cpus: Option<u32>,
-    /// Cores per virtual socket; `cpus` must be a multiple of it. Default: one socket per CPU.
+    /// Cores per virtual socket; `cpus` (and `maxCPUs`, when set) must be a multiple of
+    /// it. Default: one socket per CPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 128))]
     pub cores_per_socket: Option<u32>,

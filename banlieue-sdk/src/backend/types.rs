@@ -272,8 +272,11 @@ impl MachineSpec {
                 firmware: s.firmware,
                 ..Default::default()
             },
+            // Unset is a topology too on these two: one core per socket (libvirt's
+            // default, and what the Cloud Hypervisor backend sets).
             Self::Libvirt(s) => MachineResources {
                 cpus: s.cpus,
+                cores_per_socket: Some(s.cores_per_socket.unwrap_or(1)),
                 memory_mib: s.memory_mib,
                 os_disk_gib: s.disk_gib,
                 data_disks: sizes(&s.additional_disks),
@@ -281,10 +284,10 @@ impl MachineSpec {
                 firmware: Some(s.firmware),
                 max_cpus: s.max_cpus,
                 max_memory_mib: s.max_memory_mib,
-                ..Default::default()
             },
             Self::CloudHypervisor(s) => MachineResources {
                 cpus: s.cpus,
+                cores_per_socket: Some(s.cores_per_socket.unwrap_or(1)),
                 memory_mib: s.memory_mib,
                 os_disk_gib: s.disk_gib,
                 data_disks: sizes(&s.additional_disks),

@@ -328,6 +328,44 @@ fn a_provider_builds_only_kinds_this_operator_registered() {
     assert!(err.message.contains("VSphereMachine"), "{}", err.message);
 }
 
+/// The class's cores per socket reach every kind: vSphere's `numCoresPerSocket`,
+/// Proxmox's `cores` (its sockets follow), libvirt's and Cloud Hypervisor's
+/// `coresPerSocket` (their topology); unset stays unset.
+#[test]
+fn cores_per_socket_reaches_every_kind() {
+    let sim = |kind: &str| provider(ProviderClass::Sim, &[("machineKind", kind)]);
+    let m: LibvirtMachine = build_with(&sim("LibvirtMachine"), &class())
+        .unwrap()
+        .typed()
+        .unwrap();
+    assert_eq!((m.spec.cpus, m.spec.cores_per_socket), (4, Some(2)));
+    let m: crate::api::infra::cloud_hypervisor::CloudHypervisorMachine =
+        build_with(&sim("CloudHypervisorMachine"), &class())
+            .unwrap()
+            .typed()
+            .unwrap();
+    assert_eq!((m.spec.cpus, m.spec.cores_per_socket), (4, Some(2)));
+    let m: VSphereMachine = build_with(&provider(ProviderClass::Vsphere, &[]), &class())
+        .unwrap()
+        .typed()
+        .unwrap();
+    assert_eq!(m.spec.num_cores_per_socket, Some(2));
+    let m: ProxmoxMachine = build_with(&provider(ProviderClass::Proxmox, &[]), &class())
+        .unwrap()
+        .typed()
+        .unwrap();
+    assert_eq!((m.spec.sockets, m.spec.cores), (2, 2));
+    let unset = VMClassSpec {
+        cores_per_socket: None,
+        ..class()
+    };
+    let m: LibvirtMachine = build_with(&sim("LibvirtMachine"), &unset)
+        .unwrap()
+        .typed()
+        .unwrap();
+    assert_eq!(m.spec.cores_per_socket, None);
+}
+
 #[test]
 fn hot_add_headroom_is_carried_where_the_kind_has_it_and_refused_where_not() {
     let class = VMClassSpec {

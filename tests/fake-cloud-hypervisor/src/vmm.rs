@@ -431,6 +431,29 @@ fn check_config(config: &Value) -> Result<(), String> {
     if boot > max {
         return Err(format!("boot_vcpus {boot} exceeds max_vcpus {max}"));
     }
+    // Upstream `VmConfig::validate`: no part of the topology is zero
+    // (`CpuTopologyZeroPart`) and their product is `max_vcpus` (`CpuTopologyCount`).
+    let topology = &config["cpus"]["topology"];
+    if !topology.is_null() {
+        let parts = [
+            "threads_per_core",
+            "cores_per_die",
+            "dies_per_package",
+            "packages",
+        ]
+        .map(|k| topology[k].as_u64().unwrap_or(0));
+        if parts.contains(&0) {
+            return Err(format!(
+                "No part of the CPU topology can be zero: {topology}"
+            ));
+        }
+        let product: u64 = parts.iter().product();
+        if product != max {
+            return Err(format!(
+                "Product of CPU topology parts ({product}) does not match maximum vCPUs ({max})"
+            ));
+        }
+    }
     if let Some(size) = config["memory"]["size"].as_u64()
         && size % 4096 != 0
     {
@@ -491,6 +514,33 @@ fn check_files(config: &Value) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// CH's own topology rules: a zero part or a product other than `max_vcpus` is
+    /// refused at `vm.create`; a valid one is kept in the configuration `vm.info` shows.
+    #[test]
+    fn the_cpu_topology_must_hold_max_vcpus() {
+        let kernel = std::env::temp_dir().to_string_lossy().into_owned();
+        let config = |max: u64, cores: u64, packages: u64| {
+            json!({"payload": {"kernel": kernel}, "cpus": {"boot_vcpus": 1, "max_vcpus": max,
+                   "topology": {"threads_per_core": 1, "cores_per_die": cores,
+                                "dies_per_package": 1, "packages": packages}}})
+        };
+        for (max, cores, packages) in [(4, 2, 1), (4, 0, 4), (3, 2, 2)] {
+            let reply = Vmm::new(7).handle("PUT", "vm.create", Some(&config(max, cores, packages)));
+            assert_eq!(reply.status, 400, "{max} {cores} {packages}");
+        }
+        let mut vmm = Vmm::new(7);
+        assert_eq!(
+            vmm.handle("PUT", "vm.create", Some(&config(4, 2, 2)))
+                .status,
+            204
+        );
+        let info = vmm.handle("GET", "vm.info", None);
+        assert_eq!(
+            info.body.unwrap()["config"]["cpus"]["topology"]["cores_per_die"],
+            2
+        );
+    }
 
     #[test]
     fn follows_the_documented_state_machine() {

@@ -191,6 +191,68 @@ fn cases() -> Vec<Case> {
             with(vm_class(), "/spec/coresPerSocket", json!(3)),
             "cpus must be a multiple of coresPerSocket",
         ),
+        // A topology must hold every CPU the VM can grow to.
+        reject(
+            "class maxCPUs not a multiple of cores per socket",
+            with(
+                with(vm_class(), "/spec/coresPerSocket", json!(2)),
+                "/spec/maxCPUs",
+                json!(5),
+            ),
+            "maxCPUs must be a multiple of coresPerSocket: the CPU topology (sockets × coresPerSocket) holds every CPU the VM can grow to",
+        ),
+        accept(
+            "class maxCPUs a multiple of cores per socket",
+            with(
+                with(vm_class(), "/spec/coresPerSocket", json!(2)),
+                "/spec/maxCPUs",
+                json!(6),
+            ),
+        ),
+        reject(
+            "libvirt maxCPUs not a multiple of cores per socket",
+            with(
+                with(libvirt_machine(), "/spec/coresPerSocket", json!(2)),
+                "/spec/maxCPUs",
+                json!(3),
+            ),
+            "maxCPUs (else cpus) must be a multiple of coresPerSocket: the CPU topology of the domain",
+        ),
+        reject(
+            "libvirt cpus (no maxCPUs) not a multiple of cores per socket",
+            with(
+                with(libvirt_machine(), "/spec/coresPerSocket", json!(2)),
+                "/spec/cpus",
+                json!(3),
+            ),
+            "maxCPUs (else cpus) must be a multiple of coresPerSocket: the CPU topology of the domain",
+        ),
+        // Only the maximum must divide: one vCPU of two sockets of two cores.
+        accept(
+            "libvirt topology over maxCPUs",
+            with(
+                with(libvirt_machine(), "/spec/coresPerSocket", json!(2)),
+                "/spec/maxCPUs",
+                json!(4),
+            ),
+        ),
+        reject(
+            "cloud-hypervisor maxCPUs not a multiple of cores per socket",
+            with(
+                with(ch_machine(), "/spec/coresPerSocket", json!(4)),
+                "/spec/maxCPUs",
+                json!(6),
+            ),
+            "maxCPUs (else cpus) must be a multiple of coresPerSocket: the CPU topology of the VM",
+        ),
+        accept(
+            "cloud-hypervisor topology over maxCPUs",
+            with(
+                with(ch_machine(), "/spec/coresPerSocket", json!(2)),
+                "/spec/maxCPUs",
+                json!(6),
+            ),
+        ),
         reject(
             "class maxCPUs below cpus",
             with(vm_class(), "/spec/maxCPUs", json!(1)),

@@ -404,6 +404,173 @@ async fn changes_that_wait_for_the_next_boot_remake_the_vm_in_a_vmm_that_stayed(
     rig.assert_conformant();
 }
 
+/// `coresPerSocket` on the spec-checked fake: a topology the maximum does not fill is
+/// refused before anything is made; otherwise the VM is created with `cpus.topology`
+/// over `max_vcpus` (checked by the fake as CH checks it), read back from `vm.info`,
+/// vCPUs are still added live one at a time, and a new topology waits for the next
+/// boot (written to the record, nothing sent live), which makes the VM anew with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_topology_is_created_read_back_and_changed_at_the_next_boot() {
+    use banlieue_sdk::api::resources::{ChangeMode, MachineField as F};
+    use banlieue_sdk::changes::assess;
+    let rig = ChRig::new(FAKE, Guest::Exit);
+    assert!(rig.is_fake(), "reads the fake's exchanges");
+    let backend = backend(&rig, &[]);
+    let table = banlieue_backend_cloud_hypervisor::changes::change_table();
+    let set = |req: &mut MachineRequest, f: &dyn Fn(&mut CloudHypervisorMachineSpec)| {
+        let MachineSpec::CloudHypervisor(spec) = &mut req.spec else {
+            unreachable!()
+        };
+        f(spec);
+    };
+    let topology = |cores: u64, packages: u64| json!({"threads_per_core": 1, "cores_per_die": cores, "dies_per_package": 1, "packages": packages});
+
+    // 3 vCPUs at most do not split into packages of 2 cores: refused, nothing made.
+    let odd = "0c0ffee0-0000-4000-8000-0000000000c1";
+    let mut req = request(&rig, odd, "PoweredOn", None);
+    set(&mut req, &|s| {
+        s.max_cpus = Some(3);
+        s.cores_per_socket = Some(2);
+    });
+    let e = backend.ensure(&req).await.unwrap_err();
+    println!("{}: {}", e.reason, e.message);
+    assert_eq!(e.reason, "CpuTopologyMismatch");
+    assert!(!e.is_transient());
+    assert!(
+        e.message.contains("3 vCPUs") && e.message.contains("coresPerSocket 2"),
+        "{e}"
+    );
+    assert!(!rig.machine_dir(odd).exists(), "nothing made");
+    assert!(rig.vmm_pids(odd).is_empty());
+
+    // 1 vCPU of 4, 2 cores per package: two packages.
+    let uid = "0c0ffee0-0000-4000-8000-0000000000c2";
+    let mut on = request(&rig, uid, "PoweredOn", None);
+    set(&mut on, &|s| {
+        s.cpus = 1;
+        s.max_cpus = Some(4);
+        s.cores_per_socket = Some(2);
+    });
+    let obs = settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    let r = obs.resources.unwrap();
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.cores_per_socket),
+        (1, Some(4), Some(2))
+    );
+    let created: Vec<Value> = rig
+        .exchanges()
+        .into_iter()
+        .filter(|e| e["path"] == "/api/v1/vm.create")
+        .map(|e| e["request"]["cpus"].clone())
+        .collect();
+    assert_eq!(
+        created.last(),
+        Some(&json!({"boot_vcpus": 1, "max_vcpus": 4, "topology": topology(2, 2)}))
+    );
+    let info = vm_info(&rig, uid);
+    println!("vm.info cpus {}", info["config"]["cpus"]);
+    assert_eq!(info["config"]["cpus"]["topology"], topology(2, 2));
+
+    // Two more vCPUs live (half a package more): vm.resize, the topology unchanged.
+    set(&mut on, &|s| s.cpus = 3);
+    let obs = backend.apply_changes(&on, &[F::Cpus]).await.unwrap();
+    let r = obs.resources.unwrap();
+    assert_eq!((r.cpus, r.cores_per_socket), (3, Some(2)));
+    assert_eq!(obs.next_boot, None);
+
+    // 4 cores per package: NextBoot, written for the next vm.create only.
+    set(&mut on, &|s| s.cores_per_socket = Some(4));
+    let seen = settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    let first = assess(
+        &on.spec.resources(),
+        seen.resources.as_ref().unwrap(),
+        seen.next_boot.as_ref(),
+        &table,
+        seen.power_state,
+    );
+    assert_eq!(first.apply, [F::CoresPerSocket]);
+    assert_eq!(first.pending[0].waits_for, ChangeMode::NextBoot);
+    let before = rig.operations(uid);
+    let obs = backend.apply_changes(&on, &first.apply).await.unwrap();
+    let (r, next) = (obs.resources.unwrap(), obs.next_boot.expect("a next boot"));
+    println!(
+        "running {} cores per package, next boot {}",
+        r.cores_per_socket.unwrap(),
+        next.cores_per_socket.unwrap()
+    );
+    assert_eq!(
+        (r.cores_per_socket, next.cores_per_socket),
+        (Some(2), Some(4))
+    );
+    let sent = rig.operations(uid)[before.len()..].to_vec();
+    assert!(
+        sent.iter().all(|op| op == "vm.info"),
+        "nothing sent live but reads: {sent:?}"
+    );
+    assert_eq!(
+        vm_info(&rig, uid)["config"]["cpus"]["topology"],
+        topology(2, 2)
+    );
+    assert_eq!(
+        rig.state(uid).unwrap()["config"]["cpus"]["topology"],
+        topology(4, 1)
+    );
+    // Staged: assessed again, nothing more to write.
+    let again = settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    let second = assess(
+        &on.spec.resources(),
+        again.resources.as_ref().unwrap(),
+        again.next_boot.as_ref(),
+        &table,
+        again.power_state,
+    );
+    assert!(
+        second.apply.is_empty() && second.restart_required(),
+        "{second:?}"
+    );
+
+    // A topology the maximum does not fill: refused, the record untouched.
+    let mut bad = on.clone();
+    set(&mut bad, &|s| s.cores_per_socket = Some(3));
+    let e = backend
+        .apply_changes(&bad, &[F::CoresPerSocket])
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason, "CpuTopologyMismatch");
+    assert_eq!(
+        rig.state(uid).unwrap()["config"]["cpus"]["topology"],
+        topology(4, 1)
+    );
+
+    // The power cycle: the guest powers off, its VMM exits, the next one is created
+    // with the new topology.
+    let mut off = on.clone();
+    set(&mut off, &|s| s.power_state = PowerState::PoweredOff);
+    settle(&backend, &off, PowerState::PoweredOff)
+        .await
+        .unwrap();
+    let obs = settle(&backend, &on, PowerState::PoweredOn).await.unwrap();
+    let r = obs.resources.unwrap();
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.cores_per_socket),
+        (3, Some(4), Some(4))
+    );
+    assert_eq!(obs.next_boot, None);
+    let info = vm_info(&rig, uid);
+    println!(
+        "after the power cycle: vm.info cpus {}",
+        info["config"]["cpus"]
+    );
+    assert_eq!(
+        info["config"]["cpus"],
+        json!({"boot_vcpus": 3, "max_vcpus": 4, "topology": topology(4, 1)})
+    );
+    assert_eq!(count(&rig.operations(uid), "vm.create"), 2);
+
+    assert_eq!(backend.delete(&on.identity).await.unwrap(), Deletion::Gone);
+    rig.assert_conformant();
+}
+
 /// Bytes a file has allocated on the host (its blocks, 512 bytes each).
 fn allocated(path: &std::path::Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -1328,7 +1495,8 @@ async fn a_running_machine_is_resized_live_within_its_headroom_and_beyond_it_at_
     let info = vm_info(&rig, &uid);
     assert_eq!(
         info["config"]["cpus"],
-        json!({"boot_vcpus": 2, "max_vcpus": 4})
+        json!({"boot_vcpus": 2, "max_vcpus": 4,
+               "topology": {"threads_per_core": 1, "cores_per_die": 1, "dies_per_package": 1, "packages": 4}})
     );
     assert_eq!(info["config"]["memory"]["hotplug_size"], 1u64 << 30);
     let pid = rig.vmm_pids(&uid);
@@ -1475,12 +1643,16 @@ async fn a_running_machine_is_resized_live_within_its_headroom_and_beyond_it_at_
     let info = vm_info(&rig, &uid);
     assert_eq!(
         info["config"]["cpus"],
-        json!({"boot_vcpus": 3, "max_vcpus": 4}),
+        json!({"boot_vcpus": 3, "max_vcpus": 4,
+               "topology": {"threads_per_core": 1, "cores_per_die": 1, "dies_per_package": 1, "packages": 4}}),
         "not live"
     );
     assert_eq!(info["config"]["memory"]["size"], 1536u64 << 20);
     let staged = &rig.state(&uid).unwrap()["config"];
-    assert_eq!(staged["cpus"], json!({"boot_vcpus": 6, "max_vcpus": 8}));
+    assert_eq!(
+        staged["cpus"],
+        json!({"boot_vcpus": 6, "max_vcpus": 8, "topology": {"threads_per_core": 1, "cores_per_die": 1, "dies_per_package": 1, "packages": 8}})
+    );
     assert_eq!(
         staged["memory"],
         json!({"size": 3072u64 << 20, "hotplug_size": 1024u64 << 20})
@@ -1508,7 +1680,8 @@ async fn a_running_machine_is_resized_live_within_its_headroom_and_beyond_it_at_
     let info = vm_info(&rig, &uid);
     assert_eq!(
         info["config"]["cpus"],
-        json!({"boot_vcpus": 6, "max_vcpus": 8})
+        json!({"boot_vcpus": 6, "max_vcpus": 8,
+               "topology": {"threads_per_core": 1, "cores_per_die": 1, "dies_per_package": 1, "packages": 8}})
     );
     assert_eq!(info["config"]["memory"]["size"], 3072u64 << 20);
     let pid = rig.vmm_pids(&uid);

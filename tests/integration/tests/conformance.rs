@@ -309,10 +309,13 @@ impl Target for LibvirtOnQemu {
 
     fn request(&self, identity: MachineIdentity) -> MachineRequest {
         // Headroom for CPUs and memory: raised live within it (the suite's memory step
-        // is 512 MiB).
+        // is 512 MiB). A CPU topology over the 4 vCPUs it can have (2 sockets of 2
+        // cores), so the coresPerSocket rows run (2 → 4 → 2, at the next boot) and vCPUs
+        // are hot-plugged into it.
         let spec = serde_json::from_value(json!({
             "image": {"volume": {"pool": POOL, "name": IMAGE_VOLUME}},
-            "storagePool": POOL, "cpus": 1, "maxCPUs": 3, "memoryMiB": 256, "maxMemoryMiB": 1024,
+            "storagePool": POOL, "cpus": 1, "maxCPUs": 4, "coresPerSocket": 2,
+            "memoryMiB": 256, "maxMemoryMiB": 1024,
             "firmware": "bios", "additionalDisks": [{"name": "data", "sizeGiB": 1}],
             "network": [{"network": NETWORK, "mtu": 1400}], "powerState": "PoweredOn",
         }))
@@ -389,8 +392,11 @@ impl Target for ChOnFake {
     }
 
     fn request(&self, identity: MachineIdentity) -> MachineRequest {
+        // A CPU topology over the 4 vCPUs it can have (2 packages of 2 cores), so the
+        // coresPerSocket rows run (2 → 4 → 2, at the next boot).
         let spec = serde_json::from_value(json!({
-            "image": self.rig.image, "cpus": 1, "maxCPUs": 3, "memoryMiB": 512,
+            "image": self.rig.image, "cpus": 1, "maxCPUs": 4, "coresPerSocket": 2,
+            "memoryMiB": 512,
             "maxMemoryMiB": 2048, "diskGiB": 1,
             "additionalDisks": [{"name": "data", "sizeGiB": 1}],
             "network": [{"macAddress": "52:54:00:c0:ff:01"}], "powerState": "PoweredOn",

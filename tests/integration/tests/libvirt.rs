@@ -392,6 +392,7 @@ fn request(uid: &str, name: &str, pool: &str, image: &str) -> MachineRequest {
             storage_pool: pool.into(),
             cpus: 1,
             max_cpus: None,
+            cores_per_socket: None,
             max_memory_mib: None,
             memory_mib: 128,
             disk_gib: None,
@@ -518,6 +519,262 @@ async fn backend_errors_are_classified_and_delete_sweeps_leftovers() {
         ("Unreachable", true),
         "{err}"
     );
+}
+
+/// What the test guest runs from its seed (user data that starts with `#!`): it onlines
+/// every vCPU the kernel sees (no udev in the guest) and prints, whenever it changes,
+/// each vCPU's package and core as the guest kernel reads them (`cpuN=package/core`).
+const TOPOLOGY_PRINTER: &str = r#"#!/bin/sh
+last=""
+while true; do
+  for c in /sys/devices/system/cpu/cpu[0-9]*; do
+    [ "$(cat $c/online 2>/dev/null)" = 0 ] && echo 1 > $c/online
+  done
+  t=""
+  for c in /sys/devices/system/cpu/cpu[0-9]*; do
+    [ -r $c/topology/physical_package_id ] && t="$t ${c##*/}=$(cat $c/topology/physical_package_id)/$(cat $c/topology/core_id)"
+  done
+  [ "$t" != "$last" ] && echo "banlieue-guest: topology$t" && last="$t"
+  sleep 1
+done
+"#;
+
+/// Calls `ensure` until the machine settles at `want`.
+async fn settle(
+    backend: &dyn Backend,
+    request: &MachineRequest,
+    want: PowerState,
+) -> MachineObservation {
+    let started = Instant::now();
+    loop {
+        let seen = backend.ensure(request).await.expect("ensure");
+        if seen.settled_at(want) {
+            return seen;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "never settled at {want:?}: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The last `topology` line the guest printed on its console, once it contains `want`.
+async fn guest_topology(rig: &LibvirtRig, domain: &str, want: &str) -> String {
+    let started = Instant::now();
+    loop {
+        let console = rig.console(domain);
+        if let Some(line) = console
+            .lines()
+            .rev()
+            .find(|l| l.contains("banlieue-guest: topology"))
+            && line.contains(want)
+        {
+            return line.trim().to_owned();
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "the guest never printed a topology with {want:?}:\n{console}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The `-smp` argument of the last QEMU libvirt started for `domain` (its log has each
+/// command line).
+fn qemu_smp(rig: &LibvirtRig, domain: &str) -> String {
+    let log = std::fs::read_to_string(rig.state.join(format!("log/qemu/{domain}.log")))
+        .expect("the domain's QEMU log");
+    let at = log
+        .rfind("-smp ")
+        .unwrap_or_else(|| panic!("no -smp in:\n{log}"));
+    log[at + 5..]
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The `<topology .../>` element of `virsh dumpxml` (live, or `--inactive`), if any.
+fn virsh_topology(rig: &LibvirtRig, domain: &str, inactive: bool) -> Option<String> {
+    let mut args = vec!["dumpxml", domain];
+    if inactive {
+        args.push("--inactive");
+    }
+    virsh(rig, &args)
+        .lines()
+        .find(|l| l.contains("<topology"))
+        .map(|l| l.trim().to_owned())
+}
+
+/// `coresPerSocket` on the real libvirtd + QEMU, the backend alone: a maximum it does
+/// not divide is refused before anything is made; a domain made without a topology is
+/// one core per socket (QEMU's `-smp`, the guest's own view, the read-back agree);
+/// asking 2 cores per socket waits for the next boot (the persistent definition has
+/// the topology, the running domain not); after a power cycle QEMU runs with 2 sockets
+/// of 2 cores and the guest sees them; then vCPUs are hot-plugged into that topology
+/// one at a time (3 of 4: half a socket).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_topology_waits_for_the_next_boot_and_takes_hot_plugged_vcpus() {
+    use banlieue_sdk::api::infra::libvirt::LibvirtMachineSpec;
+    use banlieue_sdk::api::resources::{ChangeMode, MachineField as F};
+    use banlieue_sdk::backend::{BootstrapData, MachineSpec, SecretValue};
+    use banlieue_sdk::changes::assess;
+    let Some(rig) = LibvirtRig::start() else {
+        return;
+    };
+    let backend = LibvirtFactory::new()
+        .connect(&connection(&rig.uri))
+        .unwrap();
+    let table = banlieue_backend_libvirt::changes::change_table();
+    let uid = "0b0c0d0e-2222-4333-8444-555566667777";
+    let domain = "direct.topo";
+    let set = |req: &mut MachineRequest, f: &dyn Fn(&mut LibvirtMachineSpec)| {
+        let MachineSpec::Libvirt(spec) = &mut req.spec else {
+            unreachable!()
+        };
+        f(spec);
+    };
+    let mut on = request(uid, "topo", POOL, IMAGE_VOLUME);
+    on.bootstrap = Some(BootstrapData {
+        format: Default::default(),
+        user_data: SecretValue::new(TOPOLOGY_PRINTER.to_owned()),
+        network_config: None,
+    });
+
+    // 3 vCPUs at most do not split into sockets of 2 cores: refused, nothing made.
+    set(&mut on, &|s| {
+        s.power_state = PowerState::PoweredOn;
+        s.max_cpus = Some(3);
+        s.cores_per_socket = Some(2);
+    });
+    let err = backend.ensure(&on).await.unwrap_err();
+    eprintln!("{}: {}", err.reason, err.message);
+    assert_eq!(
+        (err.reason.as_str(), err.is_transient()),
+        ("CpuTopologyMismatch", false)
+    );
+    assert!(
+        err.message.contains("3 vCPUs") && err.message.contains("coresPerSocket 2"),
+        "{err}"
+    );
+    assert!(rig.domains().is_empty());
+    assert_eq!(rig.volumes(), [IMAGE_VOLUME.to_string()], "nothing made");
+
+    // Made without a topology: one core per socket, as QEMU and the guest see it.
+    set(&mut on, &|s| {
+        s.max_cpus = Some(4);
+        s.cores_per_socket = None;
+    });
+    let made = settle(&*backend, &on, PowerState::PoweredOn).await;
+    let r = made.resources.expect("read back");
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.cores_per_socket),
+        (1, Some(4), Some(1))
+    );
+    assert_eq!(virsh_topology(&rig, domain, false), None);
+    let smp = qemu_smp(&rig, domain);
+    eprintln!("no topology: -smp {smp}");
+    assert!(
+        smp.contains("maxcpus=4") && smp.contains("sockets=4") && smp.contains("cores=1"),
+        "{smp}"
+    );
+    eprintln!("{}", guest_topology(&rig, domain, " cpu0=0/0").await);
+
+    // 2 cores per socket: NextBoot, in the persistent definition only.
+    set(&mut on, &|s| s.cores_per_socket = Some(2));
+    let seen = settle(&*backend, &on, PowerState::PoweredOn).await;
+    let first = assess(
+        &on.spec.resources(),
+        seen.resources.as_ref().unwrap(),
+        seen.next_boot.as_ref(),
+        &table,
+        seen.power_state,
+    );
+    assert_eq!(first.apply, [F::CoresPerSocket]);
+    assert_eq!(first.pending[0].waits_for, ChangeMode::NextBoot);
+    let staged = backend.apply_changes(&on, &first.apply).await.unwrap();
+    let (r, next) = (
+        staged.resources.unwrap(),
+        staged.next_boot.expect("a next boot"),
+    );
+    assert_eq!(
+        (r.cores_per_socket, next.cores_per_socket),
+        (Some(1), Some(2))
+    );
+    let inactive = virsh_topology(&rig, domain, true).expect("a topology for the next boot");
+    eprintln!("next boot: {inactive}");
+    assert!(
+        inactive.contains("sockets='2'")
+            && inactive.contains("cores='2'")
+            && inactive.contains("threads='1'"),
+        "{inactive}"
+    );
+    assert_eq!(
+        virsh_topology(&rig, domain, false),
+        None,
+        "not the running domain"
+    );
+    assert!(rig.domains()[0].2, "still running");
+
+    // The power cycle: QEMU starts with 2 sockets of 2 cores.
+    let mut off = on.clone();
+    set(&mut off, &|s| s.power_state = PowerState::PoweredOff);
+    settle(&*backend, &off, PowerState::PoweredOff).await;
+    let cycled = settle(&*backend, &on, PowerState::PoweredOn).await;
+    let r = cycled.resources.unwrap();
+    assert_eq!(
+        (r.cpus, r.max_cpus, r.cores_per_socket),
+        (1, Some(4), Some(2))
+    );
+    assert_eq!(cycled.next_boot, None);
+    let live = virsh_topology(&rig, domain, false).expect("the running domain's topology");
+    let smp = qemu_smp(&rig, domain);
+    eprintln!("after the power cycle: {live}, -smp {smp}");
+    assert!(
+        live.contains("sockets='2'") && live.contains("cores='2'"),
+        "{live}"
+    );
+    assert!(
+        smp.contains("maxcpus=4") && smp.contains("sockets=2") && smp.contains("cores=2"),
+        "{smp}"
+    );
+    eprintln!("{}", guest_topology(&rig, domain, " cpu0=0/0").await);
+
+    // Two vCPUs hot-plugged into the topology, one at a time: 3 of 4, half a socket.
+    set(&mut on, &|s| s.cpus = 3);
+    let seen = settle(&*backend, &on, PowerState::PoweredOn).await;
+    let live_change = assess(
+        &on.spec.resources(),
+        seen.resources.as_ref().unwrap(),
+        seen.next_boot.as_ref(),
+        &table,
+        seen.power_state,
+    );
+    assert_eq!(
+        (live_change.apply.as_slice(), live_change.pending.len()),
+        ([F::Cpus].as_slice(), 0)
+    );
+    let grown = backend.apply_changes(&on, &[F::Cpus]).await.unwrap();
+    let r = grown.resources.unwrap();
+    assert_eq!((r.cpus, r.cores_per_socket), (3, Some(2)));
+    assert_eq!(vcpus(&rig, domain, "--live", false), 3, "hot-plugged");
+    assert_eq!(vcpus(&rig, domain, "--config", false), 3, "and kept");
+    let three = guest_topology(&rig, domain, "cpu2=").await;
+    eprintln!("hot-plugged: {three}");
+    assert!(
+        three.contains(" cpu0=0/0 cpu1=0/1 cpu2=1/0"),
+        "the guest sees package 1 started: {three}"
+    );
+    assert!(
+        !rig.console(domain).contains("power button"),
+        "no restart for the hot-plug"
+    );
+
+    let identity = on.identity.clone();
+    assert_eq!(backend.delete(&identity).await.unwrap(), Deletion::Gone);
+    assert!(rig.domains().is_empty());
+    assert_eq!(rig.volumes(), [IMAGE_VOLUME.to_string()]);
 }
 
 /// Image paths are confined to where images may be on the libvirt host (here the

@@ -77,6 +77,7 @@ fn request(uid: &str, name: &str, power: PowerState, with_data: bool) -> Machine
             storage_pool: POOL.into(),
             cpus: 1,
             max_cpus: None,
+            cores_per_socket: None,
             max_memory_mib: None,
             memory_mib: 256,
             disk_gib: Some(1),

@@ -21,6 +21,11 @@ infra_machine! {
         .message("maxCPUs must be at least cpus"))]
     #[x_kube(validation = Rule::new("!has(self.maxMemoryMiB) || self.maxMemoryMiB >= self.memoryMiB")
         .message("maxMemoryMiB must be at least memoryMiB"))]
+    // CH refuses a topology whose product is not `max_vcpus` (maxCPUs), whatever
+    // `boot_vcpus` is: only the maximum must divide.
+    // (Values named by the backend's CpuTopologyMismatch: see VMClass.)
+    #[x_kube(validation = Rule::new("!has(self.coresPerSocket) || (has(self.maxCPUs) ? self.maxCPUs : self.cpus) % self.coresPerSocket == 0")
+        .message("maxCPUs (else cpus) must be a multiple of coresPerSocket: the CPU topology of the VM (packages × coresPerSocket) holds exactly the most vCPUs it can have; make maxCPUs a multiple of coresPerSocket, or change coresPerSocket"))]
     // Data disk files live in the machine's own directory, on the host's one storage
     // (`local` in the inventory): any other target would be accepted and ignored.
     #[x_kube(validation = Rule::new("!has(self.additionalDisks) || self.additionalDisks.all(d, !has(d.storage) || d.storage == 'local')")
@@ -35,6 +40,15 @@ infra_machine! {
         #[serde(default, rename = "maxCPUs", skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 1, max = 254))]
         pub max_cpus: Option<u32>,
+        /// Cores per virtual socket: the VM is created with `cpus.topology`
+        /// `{threads_per_core: 1, cores_per_die: coresPerSocket, dies_per_package: 1,
+        /// packages: P}`, where `P` is its most vCPUs (`maxCPUs`, else `cpus`) divided by
+        /// it, which must therefore be a multiple of it. A change waits for the next
+        /// power cycle (CH cannot change a VM's topology). Default: 1, one socket
+        /// (package) per vCPU.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 128))]
+        pub cores_per_socket: Option<u32>,
         /// Memory in MiB.
         #[serde(rename = "memoryMiB")]
         #[schemars(range(min = 128, max = 25165824))]

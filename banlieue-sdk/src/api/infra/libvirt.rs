@@ -22,6 +22,11 @@ infra_machine! {
         .message("maxCPUs must be at least cpus"))]
     #[x_kube(validation = Rule::new("!has(self.maxMemoryMiB) || self.maxMemoryMiB >= self.memoryMiB")
         .message("maxMemoryMiB must be at least memoryMiB"))]
+    // libvirt refuses a topology whose sockets × cores × threads is not the domain's
+    // most vCPUs (`<vcpu>`, maxCPUs), not its current count: only the maximum must divide.
+    // (Values named by the backend's CpuTopologyMismatch: see VMClass.)
+    #[x_kube(validation = Rule::new("!has(self.coresPerSocket) || (has(self.maxCPUs) ? self.maxCPUs : self.cpus) % self.coresPerSocket == 0")
+        .message("maxCPUs (else cpus) must be a multiple of coresPerSocket: the CPU topology of the domain (sockets × coresPerSocket) holds exactly the most vCPUs it can have; make maxCPUs a multiple of coresPerSocket, or change coresPerSocket"))]
     pub struct LibvirtMachineSpec {
         /// The image the OS disk is cloned from.
         pub image: LibvirtImageSource,
@@ -38,6 +43,15 @@ infra_machine! {
         #[serde(default, rename = "maxCPUs", skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 1, max = 1024))]
         pub max_cpus: Option<u32>,
+        /// Cores per virtual socket: the domain is defined with
+        /// `<cpu><topology sockets='S' dies='1' cores='coresPerSocket' threads='1'/></cpu>`,
+        /// where `S` is its most vCPUs (`maxCPUs`, else `cpus`) divided by it, which must
+        /// therefore be a multiple of it. vCPUs are still hot-plugged one at a time. A
+        /// change waits for the next power cycle (the persistent definition is rewritten).
+        /// Default: no topology, which libvirt starts as one socket per vCPU.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 128))]
+        pub cores_per_socket: Option<u32>,
         /// Memory in MiB.
         #[serde(rename = "memoryMiB")]
         #[schemars(range(min = 128, max = 25165824))]

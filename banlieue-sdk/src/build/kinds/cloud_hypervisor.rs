@@ -17,6 +17,7 @@ impl MachineKind for CloudHypervisorMachine {
                 image: image(input),
                 cpus: input.class.cpus,
                 max_cpus: input.class.max_cpus,
+                cores_per_socket: input.class.cores_per_socket,
                 memory_mib: input.class.memory_mib,
                 max_memory_mib: input.class.max_memory_mib,
                 hugepages: false,

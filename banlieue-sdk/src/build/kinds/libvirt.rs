@@ -20,6 +20,7 @@ impl MachineKind for LibvirtMachine {
                     .unwrap_or_else(|| "default".into()),
                 cpus: input.class.cpus,
                 max_cpus: input.class.max_cpus,
+                cores_per_socket: input.class.cores_per_socket,
                 max_memory_mib: input.class.max_memory_mib,
                 memory_mib: input.class.memory_mib,
                 disk_gib: parts.disk_gib,

@@ -134,6 +134,7 @@ fn libvirt_request(uid: &str, name: &str) -> MachineRequest {
             storage_pool: POOL.into(),
             cpus: 1,
             max_cpus: None,
+            cores_per_socket: None,
             max_memory_mib: None,
             memory_mib: 256,
             disk_gib: Some(DISK_GIB),
