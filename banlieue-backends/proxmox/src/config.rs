@@ -3,6 +3,7 @@
 //! object's UID.
 
 use banlieue_sdk::api::common::{Firmware, IpamMode};
+use banlieue_sdk::api::infra::MachineDisk;
 use banlieue_sdk::api::infra::proxmox::{ProxmoxMachineSpec, ProxmoxNicModel};
 use banlieue_sdk::backend::{BootstrapData, MachineIdentity};
 use serde_json::Value;
@@ -316,33 +317,62 @@ pub fn secure_boot_efidisk(spec: &ProxmoxMachineSpec, current: &Value) -> Option
     if spec.firmware != Some(Firmware::EfiSecure) || current.get("efidisk0").is_some() {
         return None;
     }
-    let storage = spec.storage.clone().or_else(|| {
-        current
-            .get("scsi0")
-            .and_then(Value::as_str)
-            .and_then(|d| d.split(':').next())
-            .map(str::to_string)
-    })?;
+    let storage = boot_storage(spec, current)?;
     Some(format!("{storage}:1,efitype=4m,pre-enrolled-keys=1"))
 }
 
-/// Adds `scsi<i+1>: <storage>:<GiB>` for each additional disk the VM lacks (PVE
-/// allocates it), on the disk's storage, else the spec's, else the boot disk's.
-pub fn push_new_disks(spec: &ProxmoxMachineSpec, current: &Value, form: &mut Form) {
-    let boot_storage = spec.storage.clone().or_else(|| {
+/// The storage of the boot disk (`scsi0`): the spec's, else the one `scsi0` is on in
+/// `current` (the clone's config, or the template's before the clone: a clone's
+/// disks stay on the template's storage unless the spec names one).
+pub fn boot_storage(spec: &ProxmoxMachineSpec, current: &Value) -> Option<String> {
+    spec.storage.clone().or_else(|| {
         current
             .get("scsi0")
             .and_then(Value::as_str)
             .and_then(|d| d.split(':').next())
             .map(str::to_string)
-    });
-    for (i, disk) in spec.additional_disks.iter().enumerate() {
-        let key = format!("scsi{}", i + 1);
-        if current.get(&key).is_some() {
-            continue;
-        }
-        if let Some(storage) = disk.storage.clone().or_else(|| boot_storage.clone()) {
-            form.push(key, format!("{storage}:{}", disk.size_gib));
+    })
+}
+
+/// An additional disk the VM lacks, which PVE allocates when the config is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewDisk<'a> {
+    /// Its index in `additionalDisks`.
+    pub index: usize,
+    /// Its drive key, `scsi<index+1>`.
+    pub key: String,
+    /// The disk the spec asks.
+    pub disk: &'a MachineDisk,
+    /// The storage it goes to: its own, else the spec's, else the boot disk's; `None`
+    /// when none of these names one.
+    pub storage: Option<String>,
+}
+
+/// The additional disks `current` has no drive for (all of them before the clone:
+/// pass `Value::Null`), each with the storage it goes to.
+pub fn new_disks<'a>(spec: &'a ProxmoxMachineSpec, current: &Value) -> Vec<NewDisk<'a>> {
+    let boot = boot_storage(spec, current);
+    spec.additional_disks
+        .iter()
+        .enumerate()
+        .map(|(index, disk)| NewDisk {
+            index,
+            key: format!("scsi{}", index + 1),
+            disk,
+            storage: disk.storage.clone().or_else(|| boot.clone()),
+        })
+        .filter(|d| current.get(&d.key).is_none())
+        .collect()
+}
+
+/// Adds `scsi<i+1>: <storage>:<GiB>` for each additional disk the VM lacks (PVE
+/// allocates it), on the disk's storage, else the spec's, else the boot disk's. A
+/// disk with no storage at all, or asking a provisioning its storage does not give,
+/// is refused before this is written ([`crate::provisioning::check`]).
+pub fn push_new_disks(spec: &ProxmoxMachineSpec, current: &Value, form: &mut Form) {
+    for new in new_disks(spec, current) {
+        if let Some(storage) = new.storage {
+            form.push(new.key, format!("{storage}:{}", new.disk.size_gib));
         }
     }
 }

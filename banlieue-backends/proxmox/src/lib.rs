@@ -42,6 +42,14 @@
 //!    VM configured. Then the boot disk is grown (`PUT …/resize`) when `diskGiB` is
 //!    larger.
 //!
+//!    **Data disk provisioning** ([`provisioning`]): PVE provisions a disk as its
+//!    storage does (`GET /storage`: its `type`, and `preallocation` or `sparse`), so
+//!    before the clone (and again before the configuration, and before a config write
+//!    that adds disks) each new disk's `provisioning` is checked against what its
+//!    storage gives; any other is a terminal `DiskProvisioningUnsupported` and nothing
+//!    is made. `GET /storage` (and the template's config, for the boot disk's storage)
+//!    is read only for a machine with additional disks.
+//!
 //!    **Bootstrap data** travels whole as a NoCloud seed ([`seed`], built in memory
 //!    by `banlieue-nocloud`): an ISO 9660 + Joliet image labelled `cidata` with
 //!    `meta-data` (`instance-id` = the infra object's UID), the bootstrap `user-data`
@@ -136,6 +144,7 @@ pub mod changes;
 pub mod client;
 pub mod config;
 pub mod inventory;
+pub mod provisioning;
 pub mod seed;
 pub mod settings;
 pub mod tasks;

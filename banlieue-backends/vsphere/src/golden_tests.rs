@@ -307,6 +307,28 @@ fn requests() -> Vec<(&'static str, String)> {
         ),
         ("11b_reconfig_devices", reconfig_devices()),
         (
+            // A device MTU travels in the metadata's network config (base64).
+            "11c_reconfig_network_mtu",
+            methods::reconfig_vm_task(
+                &clone(),
+                &ConfigSpec {
+                    extra_config: guestinfo::bootstrap_keys(
+                        &identity().uid,
+                        "golden-1",
+                        Some(&bootstrap),
+                        crate::netconfig::network_config(&[crate::netconfig::GuestNic {
+                            mac: Some("00:50:56:3f:00:01"),
+                            mtu: Some(9000),
+                            ipam: &Default::default(),
+                        }])
+                        .unwrap()
+                        .as_deref(),
+                    ),
+                    ..Default::default()
+                },
+            ),
+        ),
+        (
             "12_power_on_vm_task",
             methods::vm_call("PowerOnVM_Task", &clone()),
         ),

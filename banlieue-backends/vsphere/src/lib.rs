@@ -40,8 +40,11 @@
 //!    distributed; `macAddress` fixes the MAC), the first disk grown to `diskGiB`,
 //!    `additionalDisks` added on the template's SCSI controller,
 //!    `guestinfo.metadata` (instance-id, hostname, and the network config: the
-//!    bootstrap data's, else cloud-init v2 made from static `ipam` matched by MAC;
-//!    DHCP needs none) and `guestinfo.userdata`, or
+//!    bootstrap data's, else cloud-init v2 made from static `ipam` and
+//!    `network[].mtu` matched by MAC; DHCP with the guest's MTU needs none: a vSphere
+//!    NIC has no MTU of its own, so an MTU with bootstrap data bringing its own
+//!    network config, or with Ignition, is refused before the clone,
+//!    `MTUUnsupported`) and `guestinfo.userdata`, or
 //!    `guestinfo.ignition.config.data` for Ignition, all base64 with their
 //!    `.encoding` keys, and `banlieue.configured=true`.
 //! 3. **Power**: `PowerOnVM_Task`, `SuspendVM_Task`; powering off is a guest
@@ -175,6 +178,11 @@ pub fn capabilities() -> BackendCapabilities {
 ///   implemented yet (a new machine is needed);
 /// - firmware: a guest installed for BIOS does not boot from EFI (nor back), so a made
 ///   machine keeps the firmware it was made with.
+///
+/// A device's MTU (`network[].mtu`) is no field of the table (no backend's is): it
+/// reaches the guest only in the network config of `guestinfo.metadata`, written once
+/// when the machine is configured and applied by cloud-init at the instance's first
+/// boot, so a made machine keeps it (`Never`).
 ///
 /// CPUs and memory grow `Live` on a VM made with hot-add (`cpuHotAddEnabled` /
 /// `memoryHotAddEnabled`, which banlieue sets when the spec asks `maxCPUs` /

@@ -51,11 +51,6 @@ const NOT_READ: &[(&str, &str, &str)] = &[
         "architecture",
         "not honoured yet: never checked against the Provider's hosts (issue 38)",
     ),
-    (
-        "ProxmoxMachine",
-        "additionalDisks[].provisioning",
-        "not honoured yet: PVE's storage decides (issue 38)",
-    ),
 ];
 
 const CAPI_ENDPOINT: &str = "Cluster API's contract field: the control plane provider sets it and Cluster API reads it; banlieue only carries it";

@@ -1398,3 +1398,146 @@ async fn a_burst_of_clones_is_held_to_the_providers_cap() {
         "without a cap the clones go past 10 at once (else the capped check proves nothing): {uncapped}"
     );
 }
+
+/// `additionalDisks[].provisioning` (issue 38): PVE has no per-disk provisioning (a
+/// drive has no such option; `preallocation` is a storage's), so a disk goes only to a
+/// storage that gives what it asks, and any other is refused before anything is made.
+/// Two storages are added as an admin would (`POST /storage`): an `lvm` (thick) and a
+/// `dir` with `preallocation=full` (eager-zeroed). A machine asking thick there, eager-
+/// zeroed there and thin on the template's `lvmthin` gets each disk allocated on its
+/// storage; one asking thick on `lvmthin` is refused with nothing written (no clone);
+/// a thick disk added later on `lvmthin` is refused with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_disks_go_only_to_storages_that_give_their_provisioning() {
+    use banlieue_backend_proxmox::client::Form;
+    use banlieue_backend_proxmox::provisioning::DISK_PROVISIONING_UNSUPPORTED;
+    use banlieue_sdk::backend::Backend;
+    let Some(pve) = FakePve::start() else { return };
+    let backend = ProxmoxFactory::new()
+        .connect_proxmox(&connection(&pve))
+        .unwrap();
+    for storage in [
+        Form::new()
+            .set("storage", "thick-lvm")
+            .set("type", "lvm")
+            .set("vgname", "thick")
+            .set("content", "images"),
+        Form::new()
+            .set("storage", "zeroed")
+            .set("type", "dir")
+            .set("path", "/srv/zeroed")
+            .set("content", "images")
+            .set("preallocation", "full"),
+    ] {
+        backend.client().post("/storage", &storage).await.unwrap();
+    }
+
+    let uid = "0d9a5c3e-2222-4000-8000-000000000001";
+    let req = with_spec(
+        request(uid, pve.ready.template_id),
+        json!({"additionalDisks": [
+            {"name": "data", "sizeGiB": 1, "storage": "thick-lvm", "provisioning": "thick"},
+            {"name": "scratch", "sizeGiB": 1, "storage": "zeroed", "provisioning": "eagerZeroed"},
+            {"name": "cache", "sizeGiB": 1, "provisioning": "thin"}
+        ]}),
+    );
+    settle(&*backend, &req, |o| o.settled_at(PowerState::PoweredOn)).await;
+    let (_, config, _) = on_pve(&pve, "m-0d9a5c3e");
+    let drive = |key: &str| config[key].as_str().unwrap_or_default().to_string();
+    assert!(drive("scsi1").starts_with("thick-lvm:vm-"), "{config}");
+    // A raw file (PVE's default format there), which the storage's preallocation
+    // covers.
+    let scratch = drive("scsi2");
+    assert!(
+        scratch.starts_with("zeroed:") && scratch.contains(".raw,"),
+        "{config}"
+    );
+    // No storage of its own: the boot disk's (the template's lvmthin), thin.
+    assert!(drive("scsi3").starts_with("local-lvm:vm-"), "{config}");
+
+    // Thick on lvmthin: refused, terminal, before the clone.
+    let (_, mark) = pve.requests(0);
+    let before = pve.machines().len();
+    let refused = with_spec(
+        request(
+            "0d9a5c3e-3333-4000-8000-000000000001",
+            pve.ready.template_id,
+        ),
+        json!({"additionalDisks": [
+            {"name": "logs", "sizeGiB": 1, "storage": "local-lvm", "provisioning": "thick"}]}),
+    );
+    let error = backend.ensure(&refused).await.unwrap_err();
+    eprintln!("refused: {error}");
+    assert_eq!(error.reason, DISK_PROVISIONING_UNSUPPORTED);
+    assert!(!error.is_transient());
+    for part in [
+        "additionalDisks[0] (logs): provisioning thick",
+        "storage local-lvm (type lvmthin) gives thin disks",
+    ] {
+        assert!(error.message.contains(part), "{error}");
+    }
+    assert!(writes(&pve, mark).is_empty(), "{:?}", writes(&pve, mark));
+    assert_eq!(pve.machines().len(), before, "nothing cloned");
+
+    // Added later, a thick disk on lvmthin: refused before the config write.
+    let added = with_spec(
+        req.clone(),
+        json!({"additionalDisks": [
+            {"name": "data", "sizeGiB": 1, "storage": "thick-lvm", "provisioning": "thick"},
+            {"name": "scratch", "sizeGiB": 1, "storage": "zeroed", "provisioning": "eagerZeroed"},
+            {"name": "cache", "sizeGiB": 1, "provisioning": "thin"},
+            {"name": "more", "sizeGiB": 1, "storage": "local-lvm", "provisioning": "thick"}
+        ]}),
+    );
+    let (_, mark) = pve.requests(0);
+    let error = backend
+        .apply_changes(&added, &[MachineField::DataDisks])
+        .await
+        .unwrap_err();
+    assert_eq!(error.reason, DISK_PROVISIONING_UNSUPPORTED);
+    assert!(
+        error
+            .message
+            .contains("additionalDisks[3] (more): provisioning thick"),
+        "{error}"
+    );
+    assert!(writes(&pve, mark).is_empty(), "{:?}", writes(&pve, mark));
+    let (_, config, pending) = on_pve(&pve, "m-0d9a5c3e");
+    assert!(config.get("scsi4").is_none() && pending.get("scsi4").is_none());
+    backend.delete(&req.identity).await.unwrap();
+}
+
+/// Through the operator: a VirtualMachine whose data disk asks `thick` on a storage
+/// class mapped to an `lvmthin` storage is never cloned; its ProxmoxMachine and the VM
+/// say why, naming the field, the disk, the storage and its type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_its_storage_cannot_provision_is_refused_before_the_clone() {
+    let Some((ns, _operator, pve)) = world("pve-prov", Auth::Token).await else {
+        return;
+    };
+    let mut object = vm(&ns, "thick-1");
+    object["spec"]["disks"] =
+        json!([{"name": "data", "sizeGiB": 1, "storageClass": "fast", "provisioning": "thick"}]);
+    apply(&ns.client, &ns.name, &object).await.unwrap();
+    let machines: Api<ProxmoxMachine> = ns.api();
+    let want = "additionalDisks[0] (data): provisioning thick: storage local-lvm (type lvmthin) gives thin disks";
+    let machine = wait_for(&machines, "thick-1", WAIT, |m| {
+        has_condition(m, "DiskProvisioningUnsupported", want)
+    })
+    .await;
+    eprintln!("{:?}", machine.status.as_ref().map(|s| &s.conditions));
+    let vms: Api<VirtualMachine> = ns.api();
+    let vm = wait_for(&vms, "thick-1", WAIT, |v| {
+        vm_conditions(v).iter().any(|c| c.message.contains(want))
+    })
+    .await;
+    assert!(!is_ready(&vm));
+    assert!(pve.machines().is_empty(), "nothing cloned");
+    let clones = pve
+        .requests(0)
+        .0
+        .into_iter()
+        .filter(|(m, p)| m == "POST" && p.ends_with("/clone"))
+        .count();
+    assert_eq!(clones, 0);
+}

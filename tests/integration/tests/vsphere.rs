@@ -695,3 +695,66 @@ async fn task_failures_and_soap_faults_become_conditions_with_vspheres_message()
         "one clone"
     );
 }
+
+/// `networks[].mtu` on vSphere (issue 38: it was dropped): a vSphere NIC has no MTU of
+/// its own, so it travels to the guest in the cloud-init network config banlieue
+/// writes to `guestinfo.metadata`, matched by the NIC's MAC. A VM whose bootstrap data
+/// brings its own network config (given to the guest as is) and asks an MTU is refused
+/// before the clone, its VSphereMachine and the VM naming the field and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_mtu_reaches_the_guest_through_guestinfo_or_is_refused_before_the_clone() {
+    let Some(sim) = Vcsim::start() else { return };
+    let (ns, _operator) = world("vs-mtu", &[("vc", &sim, &sim.ready.password)]).await;
+    let mut object = vm(&ns, "mtu-1");
+    object["spec"]["networks"] = json!([{"name": "eth0", "networkClass": "lan", "mtu": 9000}]);
+    apply(&ns.client, &ns.name, &object).await.unwrap();
+    let vms: Api<VirtualMachine> = ns.api();
+    wait_for(&vms, "mtu-1", WAIT, is_ready).await;
+    let machines: Api<VSphereMachine> = ns.api();
+    let infra = machines.get("mtu-1").await.unwrap();
+    assert_eq!(infra.spec.network[0].mtu, Some(9000), "built from the VM");
+    let machine = sim.vm("mtu-1").expect("a clone in vcsim");
+    let meta: Value = serde_json::from_str(&decoded(&machine, "guestinfo.metadata")).unwrap();
+    assert_eq!(meta["network.encoding"], "base64");
+    let network: Value = serde_json::from_slice(
+        &STANDARD
+            .decode(meta["network"].as_str().expect("a network config"))
+            .unwrap(),
+    )
+    .unwrap();
+    eprintln!("guestinfo.metadata network: {network}");
+    let eth0 = &network["ethernets"]["eth0"];
+    assert_eq!(eth0["mtu"], 9000, "{network}");
+    assert_eq!(eth0["dhcp4"], true, "{network}");
+    assert_eq!(
+        eth0["match"]["macaddress"].as_str(),
+        machine["nics"][0]["mac"].as_str(),
+        "{network} vs {machine}"
+    );
+
+    // Its own network config in the bootstrap data: the MTU would never reach the guest.
+    apply(
+        &ns.client,
+        &ns.name,
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "own-network"},
+                "stringData": {"value": "#cloud-config\n", "network-config": "version: 2\nethernets: {}\n"}}),
+    )
+    .await
+    .unwrap();
+    let mut object = vm(&ns, "mtu-2");
+    object["spec"]["networks"] = json!([{"name": "eth0", "networkClass": "lan", "mtu": 9000}]);
+    object["spec"]["bootstrap"] = json!({"format": "cloud-config", "userData": {"name": "own-network"},
+                                         "networkConfig": {"name": "own-network"}});
+    apply(&ns.client, &ns.name, &object).await.unwrap();
+    let want = "network[0].mtu 9000 (VM Network): the bootstrap data brings its own network config";
+    wait_for(&machines, "mtu-2", WAIT, |m| {
+        has_condition(m, "MTUUnsupported", want)
+    })
+    .await;
+    let refused = wait_for(&vms, "mtu-2", WAIT, |v| {
+        vm_conditions(v).iter().any(|c| c.message.contains(want))
+    })
+    .await;
+    assert!(!is_ready(&refused));
+    assert!(sim.vm("mtu-2").is_none(), "nothing cloned: {:?}", sim.vms());
+}

@@ -77,6 +77,12 @@ impl ProxmoxBackend {
                 .map_err(pve)
         };
         let mut read = pending().await?;
+        if fields.contains(&MachineField::DataDisks) {
+            // A disk PVE would allocate, refused before the write that allocates it.
+            self.check_new_disks(spec, &read.effective)
+                .await
+                .map_err(|e| naming(fields, e))?;
+        }
         let form = changes::config_form(spec, &read, fields, power != PowerState::PoweredOff);
         let grows = changes::grow_forms(spec, &read.current, fields);
         if !form.is_empty() {

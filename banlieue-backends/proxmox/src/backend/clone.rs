@@ -30,6 +30,20 @@ impl ProxmoxBackend {
                 ));
             }
         };
+        if !spec.additional_disks.is_empty() {
+            // The clone gets the template's drives (and, unless the spec names a
+            // storage, its boot disk's storage, where disks naming none go): with the
+            // template's config the check sees the disks the configuration will add.
+            let template = self
+                .client
+                .get(
+                    &format!("{}/config", vm_path(&source_node, spec.template_id)),
+                    &Form::new(),
+                )
+                .await
+                .map_err(pve)?;
+            self.check_new_disks(spec, &template).await?;
+        }
         let target = spec
             .target_node
             .clone()

@@ -126,6 +126,8 @@ impl ProxmoxBackend {
                     format!("VM {} is locked ({lock})", found.vmid),
                 ));
             }
+            // Checked before the clone too; again here for a spec edited since.
+            self.check_new_disks(spec, &current).await?;
             let seed = match &request.bootstrap {
                 Some(bootstrap) => {
                     match self

@@ -32,6 +32,7 @@ use crate::changes;
 use crate::client::{Form, PveClient, PveError, encode, is_lock_message};
 use crate::config;
 use crate::inventory;
+use crate::provisioning;
 use crate::seed;
 use crate::settings::ProxmoxSettings;
 use crate::tasks::{TaskState, Upid, task_state, upid_of};
@@ -194,6 +195,27 @@ impl ProxmoxBackend {
     /// The settings it was connected with.
     pub fn settings(&self) -> &ProxmoxSettings {
         &self.settings
+    }
+
+    /// Refuses, before anything is made for them, the additional disks `current` (the
+    /// VM's config, or its template's before the clone) lacks whose provisioning their
+    /// storage does not give ([`provisioning::check`]). Reads `GET /storage` only when
+    /// there is such a disk.
+    async fn check_new_disks(
+        &self,
+        spec: &ProxmoxMachineSpec,
+        current: &Value,
+    ) -> Result<(), BackendError> {
+        let disks = config::new_disks(spec, current);
+        if disks.is_empty() {
+            return Ok(());
+        }
+        let storages = self
+            .client
+            .get("/storage", &Form::new())
+            .await
+            .map_err(pve)?;
+        provisioning::check(&disks, &storages)
     }
 
     fn pending(&self, uid: &str, kind: OpKind, upid: Option<&Upid>) -> Pending {

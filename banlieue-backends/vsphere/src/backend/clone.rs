@@ -218,6 +218,7 @@ impl VSphereBackend {
     ) -> Result<MachineObservation, BackendError> {
         let identity = &request.identity;
         no_storage_policy(spec)?;
+        crate::netconfig::check_mtu(&spec.network, request.bootstrap.as_ref())?;
         let template = self
             .resolve_template(&spec.template)
             .await?

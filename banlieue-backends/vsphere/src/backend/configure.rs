@@ -2,7 +2,6 @@
 //! disk grow; additional disks, unless the machine was created on imported ones) and
 //! guestinfo (bootstrap data, metadata, network).
 
-use banlieue_sdk::api::common::Ipam;
 use banlieue_sdk::api::infra::vsphere::VSphereMachineSpec;
 use banlieue_sdk::backend::{BackendError, MachineRequest};
 
@@ -10,7 +9,8 @@ use super::vm::Vm;
 use super::{VSphereBackend, vim};
 use crate::client::methods::ConfigSpec;
 use crate::devices::{self, NetworkBacking, WantedNic};
-use crate::{guestinfo, inventory, netconfig};
+use crate::netconfig::{self, GuestNic};
+use crate::{guestinfo, inventory};
 
 impl VSphereBackend {
     /// The configuring reconfigure: device edits (network devices onto the machine's
@@ -72,11 +72,22 @@ impl VSphereBackend {
                 changes.extend(adds);
             }
         }
-        let nics: Vec<(Option<String>, &Ipam)> = spec
+        // Checked before the clone too; again here, for a spec or bootstrap data
+        // changed since.
+        netconfig::check_mtu(&spec.network, request.bootstrap.as_ref())?;
+        let nics: Vec<GuestNic<'_>> = spec
             .network
             .iter()
-            .zip(macs.into_iter().chain(std::iter::repeat(None)))
-            .map(|(n, mac)| (mac, &n.ipam))
+            .zip(
+                macs.iter()
+                    .map(Option::as_deref)
+                    .chain(std::iter::repeat(None)),
+            )
+            .map(|(n, mac)| GuestNic {
+                mac,
+                mtu: n.mtu,
+                ipam: &n.ipam,
+            })
             .collect();
         let network = netconfig::network_config(&nics)?;
         extra_config.extend(guestinfo::bootstrap_keys(

@@ -65,7 +65,14 @@ infra_machine! {
         /// Firmware; default: the template's.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub firmware: Option<Firmware>,
-        /// Additional disks.
+        /// Additional disks (`scsi1`, `scsi2`, ...), allocated by PVE on their storage
+        /// (else `storage`, else the boot disk's). PVE has no per-disk provisioning: a
+        /// storage gives one to every disk made there (`lvmthin`, `rbd`, sparse
+        /// `zfspool`: thin; `lvm`, other `zfspool`: thick; `dir`, `nfs`, `cifs`,
+        /// `btrfs`: by their `preallocation`, `off`/`metadata` thin, `falloc` thick,
+        /// `full` eagerZeroed). A disk whose `provisioning` its storage does not give,
+        /// or on a storage of another type, is refused before anything is made
+        /// (`DiskProvisioningUnsupported`, naming the disk, the storage and its type).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
         #[schemars(length(max = 30))]

@@ -139,6 +139,16 @@ pub struct VSphereNetworkDevice {
     #[x_kube(validation = Rule::new(crate::api::common::MAC_UNICAST).message(crate::api::common::MAC_UNICAST_MSG))]
     #[schemars(length(max = 17))]
     pub mac_address: Option<String>,
+    /// MTU, set in the guest: a vSphere virtual NIC has none of its own (the port
+    /// group's switch has), so it travels in the cloud-init network config banlieue
+    /// writes to `guestinfo.metadata`, read by the guest at its first boot. The port
+    /// group and the guest's driver must carry it (vmxnet3 takes at most 9000).
+    /// Refused before the clone when the bootstrap data brings its own network config
+    /// (passed to the guest as given: set the MTU there) or is Ignition (which reads no
+    /// cloud-init network config). Default: the guest's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 576, max = 9216))]
+    pub mtu: Option<u32>,
     /// Address assignment.
     #[serde(default)]
     pub ipam: Ipam,

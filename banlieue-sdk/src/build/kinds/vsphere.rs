@@ -36,6 +36,7 @@ impl MachineKind for VSphereMachine {
                             .one_of(&["distributedPortGroup", "portGroup", "network"])
                             .unwrap_or_default(),
                         mac_address: n.mac_address.clone(),
+                        mtu: n.mtu,
                         ipam: n.ipam.clone(),
                     })
                     .collect(),
