@@ -393,6 +393,16 @@ enum SelectorOperator {
 
 /// A disk size only grows (a transition rule: a new object has no old size).
 pub(crate) const DISK_GROWS: &str = "self >= oldSelf";
+/// An existing data disk of a VirtualMachine keeps its provisioning and storage class
+/// (a transition rule on a disk of a list keyed by name): no backend converts or moves
+/// a disk in place, so a change would otherwise be silently ignored.
+pub(crate) const VM_DISK_STAYS: &str = "(has(self.provisioning) ? self.provisioning : 'thin') == (has(oldSelf.provisioning) ? oldSelf.provisioning : 'thin') && (has(self.storageClass) ? self.storageClass : '') == (has(oldSelf.storageClass) ? oldSelf.storageClass : '')";
+/// The message for [`VM_DISK_STAYS`].
+pub(crate) const VM_DISK_STAYS_MSG: &str = "an existing disk keeps its provisioning and storageClass (no backend converts or moves a disk in place): to change them, remove the disk and add one with a new name";
+/// [`VM_DISK_STAYS`] for an infrastructure machine's additional disk (`storage`).
+pub(crate) const MACHINE_DISK_STAYS: &str = "(has(self.provisioning) ? self.provisioning : 'thin') == (has(oldSelf.provisioning) ? oldSelf.provisioning : 'thin') && (has(self.storage) ? self.storage : '') == (has(oldSelf.storage) ? oldSelf.storage : '')";
+/// The message for [`MACHINE_DISK_STAYS`].
+pub(crate) const MACHINE_DISK_STAYS_MSG: &str = "an existing disk keeps its provisioning and storage (no backend converts or moves a disk in place): to change them, remove the disk and add one with a new name";
 /// The message for [`DISK_GROWS`] on a data disk.
 pub(crate) const DISK_GROWS_MSG: &str = "sizeGiB cannot shrink: a disk only grows (shrinking loses data); to get a smaller disk, add a new one and copy what you need";
 /// The message for [`DISK_GROWS`] on an OS disk.

@@ -169,9 +169,14 @@ pub struct Bootstrap {
     pub network_config: Option<super::common::KeySelector>,
 }
 
-/// One network interface.
+/// One network interface. An interface that exists keeps its settings: backends add
+/// and remove interfaces (their change tables say when), but none re-plugs one onto
+/// another network, re-addresses it or changes its MAC or MTU in place, so such an
+/// edit is refused instead of being silently ignored.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self == oldSelf")
+    .message("an existing network interface keeps its networkClass, ipam, macAddress and mtu (no backend changes them in place): to change them, remove the interface and add one with a new name"))]
 pub struct NetworkInterface {
     /// Interface name, unique in the list, e.g. `eth0`.
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
@@ -199,9 +204,10 @@ pub struct NetworkInterface {
     pub mtu: Option<u32>,
 }
 
-/// A blank data disk.
+/// A blank data disk. It only grows, and keeps its provisioning and storage class.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(super::common::VM_DISK_STAYS).message(super::common::VM_DISK_STAYS_MSG))]
 pub struct DataDisk {
     /// Disk name, unique in the list: a DNS label, e.g. `data-1`.
     #[x_kube(validation = Rule::new(DNS_LABEL).message(DISK_NAME_MSG))]

@@ -630,6 +630,104 @@ fn cases() -> Vec<Case> {
             ),
             "sizeGiB cannot shrink",
         ),
+        // An existing disk or interface keeps what no backend changes in place: an edit
+        // is refused, not silently ignored.
+        reject_update(
+            "VM data disk provisioning changed",
+            with(
+                vm(),
+                "/spec/disks",
+                json!([{"name": "data", "sizeGiB": 20}]),
+            ),
+            with(
+                vm(),
+                "/spec/disks",
+                json!([{"name": "data", "sizeGiB": 20, "provisioning": "thick"}]),
+            ),
+            "an existing disk keeps its provisioning and storageClass",
+        ),
+        reject_update(
+            "VM data disk moved to another storage class",
+            with(
+                vm(),
+                "/spec/disks",
+                json!([{"name": "data", "sizeGiB": 20, "storageClass": "fast"}]),
+            ),
+            with(
+                vm(),
+                "/spec/disks",
+                json!([{"name": "data", "sizeGiB": 30, "storageClass": "slow"}]),
+            ),
+            "an existing disk keeps its provisioning and storageClass",
+        ),
+        accept_update(
+            "VM data disk grown, its provisioning written out as it was",
+            with(
+                vm(),
+                "/spec/disks",
+                json!([{"name": "data", "sizeGiB": 20}]),
+            ),
+            with(
+                vm(),
+                "/spec/disks",
+                json!([{"name": "data", "sizeGiB": 30, "provisioning": "thin"}]),
+            ),
+        ),
+        reject_update(
+            "machine disk provisioning changed",
+            with(
+                proxmox_machine(),
+                "/spec/additionalDisks",
+                json!([{"name": "data", "sizeGiB": 20, "provisioning": "thin"}]),
+            ),
+            with(
+                proxmox_machine(),
+                "/spec/additionalDisks",
+                json!([{"name": "data", "sizeGiB": 20, "provisioning": "eagerZeroed"}]),
+            ),
+            "an existing disk keeps its provisioning and storage",
+        ),
+        reject_update(
+            "VM network interface moved to another network class",
+            with(
+                vm(),
+                "/spec/networks",
+                json!([{"name": "eth0", "networkClass": "lan"}]),
+            ),
+            with(
+                vm(),
+                "/spec/networks",
+                json!([{"name": "eth0", "networkClass": "dmz"}]),
+            ),
+            "an existing network interface keeps its networkClass",
+        ),
+        reject_update(
+            "VM network interface MTU changed",
+            with(
+                vm(),
+                "/spec/networks",
+                json!([{"name": "eth0", "networkClass": "lan"}]),
+            ),
+            with(
+                vm(),
+                "/spec/networks",
+                json!([{"name": "eth0", "networkClass": "lan", "mtu": 9000}]),
+            ),
+            "an existing network interface keeps its networkClass",
+        ),
+        accept_update(
+            "VM network interface added beside an unchanged one",
+            with(
+                vm(),
+                "/spec/networks",
+                json!([{"name": "eth0", "networkClass": "lan"}]),
+            ),
+            with(
+                vm(),
+                "/spec/networks",
+                json!([{"name": "eth0", "networkClass": "lan"}, {"name": "eth1", "networkClass": "dmz", "mtu": 9000}]),
+            ),
+        ),
         reject(
             "proxmox VLAN out of range",
             with(proxmox_machine(), "/spec/network/0/vlan", json!(4095)),

@@ -12,9 +12,11 @@ pub(crate) const PROVIDER_ID_IMMUTABLE: &str =
 /// The message for [`PROVIDER_ID_IMMUTABLE`].
 pub(crate) const PROVIDER_ID_IMMUTABLE_MSG: &str = "spec.providerID is immutable once set";
 
-/// An additional disk of an infrastructure machine, on a backend storage target.
+/// An additional disk of an infrastructure machine, on a backend storage target. It
+/// only grows, and keeps its provisioning and storage.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(crate::api::common::MACHINE_DISK_STAYS).message(crate::api::common::MACHINE_DISK_STAYS_MSG))]
 pub struct MachineDisk {
     /// Disk name, unique in the list: a DNS label, e.g. `data-1`.
     #[x_kube(validation = Rule::new(DNS_LABEL).message(DISK_NAME_MSG))]
