@@ -14,7 +14,7 @@
 //!   four and any of your own.
 //! - [`changes`]: how a machine that exists takes a change of its spec (which
 //!   differences its backend applies now, which wait, for what).
-//! - [`build`], [`scheduling`], [`status`] and [`conditions`]: the pure decisions (the
+//! - [`builder`], [`scheduling`], [`status`] and [`conditions`]: the pure decisions (the
 //!   machine for a placed VM, where a VM goes, what every status and condition says),
 //!   functions over values.
 //! - [`capi`]: Cluster API's rules as values: failure domains across Providers, the
@@ -52,7 +52,7 @@
 pub mod admission;
 pub mod api;
 pub mod backend;
-pub mod build;
+pub mod builder;
 pub mod capi;
 pub mod changes;
 pub mod conditions;

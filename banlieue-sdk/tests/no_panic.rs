@@ -20,7 +20,7 @@ use banlieue_sdk::scheduling::{self, Decision, Sibling};
 use banlieue_sdk::status::machine::Outcome;
 use banlieue_sdk::status::provider::Unreachable;
 use banlieue_sdk::status::virtual_machine::{Infra, Input as VmInput, Scheduling};
-use banlieue_sdk::{build, capi, status};
+use banlieue_sdk::{builder, capi, status};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -329,7 +329,7 @@ fn chain(w: &World, unreachable: (String, String)) -> Stage {
     );
     provider.status = Some(up);
     let kinds = banlieue_sdk::contract::KindTable::built_in();
-    let _ = build::machine_kind(&provider, &kinds);
+    let _ = builder::machine_kind(&provider, &kinds);
     let providers = [provider];
     let siblings = [Sibling::of(&vm)];
     let loads = scheduling::Loads::of(&siblings, "");
@@ -370,8 +370,8 @@ fn chain(w: &World, unreachable: (String, String)) -> Stage {
         }
     };
     let placement = target.to_status(None);
-    let built = build::infra_machine(
-        &build::Input {
+    let built = builder::infra_machine(
+        &builder::Input {
             vm: &vm,
             class: &class.spec,
             image: &image,

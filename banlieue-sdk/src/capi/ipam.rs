@@ -65,7 +65,7 @@ pub fn pool_devices(spec: &MachineSpec) -> Vec<(usize, TypedLocalObjectReference
 /// The claim's name for device `index` of machine `machine` (shortened with a hash
 /// when a long machine name would make it longer than a name may be).
 pub fn claim_name(machine: &str, index: usize) -> String {
-    crate::build::suffixed_name(machine, &format!("-ip-{index}"))
+    crate::builder::suffixed_name(machine, &format!("-ip-{index}"))
 }
 
 /// The claim for device `index`, owned (as controller) by the machine `owner`, in the

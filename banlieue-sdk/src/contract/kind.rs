@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 
 use super::{InfraMachine, InfraMachineKind, InfraMachineRead};
 use crate::api::common::ProviderClass;
-use crate::build::{BuildError, Parts};
+use crate::builder::{BuildError, Parts};
 
 /// An infrastructure machine kind, declared once: banlieue's four and any declared
 /// out of tree (group `infrastructure.banlieue.io`, namespaced, with the shared

@@ -20,7 +20,7 @@ use super::context::Context;
 use super::infra;
 use crate::api::VirtualMachine;
 use crate::api::common::BootstrapFormat;
-use crate::build;
+use crate::builder;
 
 const NAME: &str = "virtualmachine";
 
@@ -80,7 +80,7 @@ pub(crate) async fn ensure_secret(
     if size + format.len() <= MAX_SECRET_DATA {
         data.insert("format".into(), ByteString(format.as_bytes().to_vec()));
     }
-    let name = build::bootstrap_secret_name(&vm.name_any());
+    let name = builder::bootstrap_secret_name(&vm.name_any());
     let existing = secrets.get_opt(&name).await?;
     let uid = vm.uid().unwrap_or_default();
     if let Some(existing) = &existing
@@ -95,8 +95,8 @@ pub(crate) async fn ensure_secret(
                 namespace: Some(namespace),
                 owner_references: Some(vec![owner(vm)]),
                 labels: Some(BTreeMap::from([(
-                    build::VIRTUAL_MACHINE_LABEL.to_owned(),
-                    build::label_value(&vm.name_any()),
+                    builder::VIRTUAL_MACHINE_LABEL.to_owned(),
+                    builder::label_value(&vm.name_any()),
                 )])),
                 ..Default::default()
             },
@@ -136,7 +136,7 @@ pub(crate) async fn ensure_secret(
 pub(crate) async fn delete_secret(vm: &VirtualMachine, ctx: &Context) -> Result<bool, kube::Error> {
     let namespace = vm.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-    let name = build::bootstrap_secret_name(&vm.name_any());
+    let name = builder::bootstrap_secret_name(&vm.name_any());
     let Some(existing) = secrets.get_opt(&name).await? else {
         return Ok(false);
     };

@@ -21,7 +21,7 @@ use super::written::Written;
 use super::{capi, status_write, watch};
 use crate::api::Provider;
 use crate::api::infra::ClusterStatus;
-use crate::build::machine_kind;
+use crate::builder::machine_kind;
 use crate::capi::failure_domains::{ProviderDomains, Selection, aggregate};
 use crate::capi::metadata::{self, MOVE_LABEL};
 use crate::capi::objects::Cluster as CapiCluster;

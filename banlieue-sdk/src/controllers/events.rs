@@ -98,7 +98,7 @@ impl Events {
             metadata: ObjectMeta {
                 namespace: reference.namespace.clone(),
                 // Shortened for a long object name: the Event must still be a name.
-                name: Some(crate::build::suffixed_name(
+                name: Some(crate::builder::suffixed_name(
                     reference.name.as_deref().unwrap_or(controller),
                     &format!(".{:x}", now.as_nanosecond()),
                 )),

@@ -23,7 +23,7 @@ use crate::api::infra::MachineStatus;
 use crate::api::virtual_machine::ScheduledPlacement;
 use crate::api::{Provider, VirtualMachine};
 use crate::backend::{MachineIdentity, MachineSpec};
-use crate::build::PlacementRecord;
+use crate::builder::PlacementRecord;
 use crate::contract::{InfraMachine, InfraMachineKind, InfraMachineRead};
 
 /// The shutdown signal every controller shares.

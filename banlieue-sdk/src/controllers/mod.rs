@@ -5,7 +5,7 @@
 //! template kind (capacity for scale-from-zero).
 //!
 //! Each reconciler is thin: it fetches, calls the pure functions of
-//! [`crate::scheduling`], [`crate::build`] and [`crate::status`], applies what it
+//! [`crate::scheduling`], [`crate::builder`] and [`crate::status`], applies what it
 //! builds with server-side apply under a named field manager, and writes status only
 //! when it changed, as a merge patch of what changed (ADR 0013).
 //!

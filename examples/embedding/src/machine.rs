@@ -8,7 +8,7 @@
 use banlieue_sdk::api::common::{LocalObjectReference, PowerState};
 use banlieue_sdk::api::infra::{BootstrapDataRef, MachineStatus};
 use banlieue_sdk::backend::{CustomSpec, MachineSpec};
-use banlieue_sdk::build::{BuildError, Parts};
+use banlieue_sdk::builder::{BuildError, Parts};
 use banlieue_sdk::contract::{InfraMachineKind, InfraMachineRead, MachineKind};
 use kube::CustomResource;
 use schemars::JsonSchema;

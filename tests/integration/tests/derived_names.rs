@@ -11,7 +11,7 @@ use banlieue_integration_tests::fixtures::sim_provider;
 use banlieue_integration_tests::operator::{Operator, wait_for};
 use banlieue_sdk::api::VirtualMachine;
 use banlieue_sdk::api::infra::libvirt::LibvirtMachine;
-use banlieue_sdk::build::{MAX_LABEL_VALUE, VIRTUAL_MACHINE_LABEL};
+use banlieue_sdk::builder::{MAX_LABEL_VALUE, VIRTUAL_MACHINE_LABEL};
 use banlieue_sdk::conditions;
 use banlieue_testenv::TestNamespace;
 use k8s_openapi::ByteString;

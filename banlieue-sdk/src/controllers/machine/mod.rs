@@ -48,7 +48,7 @@ use crate::api::common::{BootstrapFormat, PowerState};
 use crate::backend::{
     BackendError, BootstrapData, Deletion, MachineIdentity, MachineRequest, SecretValue,
 };
-use crate::build::{
+use crate::builder::{
     COPIED_FROM_ANNOTATION, IMPORTING_DISKS_ANNOTATION, INSTANCE_ID_ANNOTATION, PlacementRecord,
 };
 use crate::capi::metadata::{CLUSTER_NAME_LABEL, deleted_for_move};

@@ -27,7 +27,7 @@ use super::status_write;
 use super::{VIRTUAL_MACHINE_FINALIZER, watch};
 use crate::api::virtual_machine::{MigrationStrategy, PlacementBasis, ScheduledPlacement};
 use crate::api::{Provider, VMClass, VMImage, VirtualMachine};
-use crate::build::{self, ClassRecord, machine_kind};
+use crate::builder::{self, ClassRecord, machine_kind};
 use crate::conditions;
 use crate::scheduling::{self, Basis, Decision, Drift, Sibling, Target};
 use crate::status::machine::DELETE_FAILED;
@@ -306,8 +306,8 @@ async fn apply(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Error> {
         }
     });
     let class_use = plan::class_use(&class_now, recorded.as_ref());
-    let built = build::infra_machine(
-        &build::Input {
+    let built = builder::infra_machine(
+        &builder::Input {
             vm,
             class: class_use.spec(&class_now),
             image: image.as_ref(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 
 use crate::api::{ClassUpdatePolicy, Provider, VMClassSpec};
-use crate::build::{ClassRecord, machine_kind};
+use crate::builder::{ClassRecord, machine_kind};
 use crate::contract::KindTable;
 use crate::controllers::infra::Existing;
 use crate::scheduling::Target;

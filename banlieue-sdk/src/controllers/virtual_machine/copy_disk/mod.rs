@@ -21,7 +21,7 @@ use serde_json::json;
 use super::{Error, Outcome, write_status};
 use crate::api::virtual_machine::ScheduledPlacement;
 use crate::api::{Provider, VirtualMachine};
-use crate::build::{COPIED_FROM_ANNOTATION, IMPORTING_DISKS_ANNOTATION, INSTANCE_ID_ANNOTATION};
+use crate::builder::{COPIED_FROM_ANNOTATION, IMPORTING_DISKS_ANNOTATION, INSTANCE_ID_ANNOTATION};
 use crate::conditions;
 use crate::contract::InfraMachine;
 use crate::controllers::backends::Instrumented;

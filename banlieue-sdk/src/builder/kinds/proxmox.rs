@@ -1,6 +1,6 @@
 use crate::api::common::ProviderClass;
 use crate::api::infra::proxmox::{ProxmoxMachine, ProxmoxMachineSpec, ProxmoxNetworkDevice};
-use crate::build::{BuildError, Parts};
+use crate::builder::{BuildError, Parts};
 use crate::contract::MachineKind;
 
 impl MachineKind for ProxmoxMachine {

@@ -2,7 +2,7 @@ use crate::api::infra::cloud_hypervisor::{
     CloudHypervisorMachine, CloudHypervisorMachineSpec, CloudHypervisorNetworkInterface,
 };
 use crate::api::vm_image::CloudHypervisorImageSource;
-use crate::build::{BuildError, Input, Parts, sim_name};
+use crate::builder::{BuildError, Input, Parts, sim_name};
 use crate::contract::MachineKind;
 
 impl MachineKind for CloudHypervisorMachine {

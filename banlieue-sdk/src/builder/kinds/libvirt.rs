@@ -1,6 +1,6 @@
 use crate::api::infra::libvirt::{LibvirtMachine, LibvirtMachineSpec, LibvirtNetworkInterface};
 use crate::api::vm_image::{DiskFormat, LibvirtImageSource};
-use crate::build::{BuildError, Input, Parts, sim_name};
+use crate::builder::{BuildError, Input, Parts, sim_name};
 use crate::contract::MachineKind;
 
 impl MachineKind for LibvirtMachine {

@@ -1,5 +1,5 @@
 use crate::api::infra::vsphere::{VSphereMachine, VSphereMachineSpec, VSphereNetworkDevice};
-use crate::build::{BuildError, Input, Parts, sim_name};
+use crate::builder::{BuildError, Input, Parts, sim_name};
 use crate::contract::MachineKind;
 
 impl MachineKind for VSphereMachine {
