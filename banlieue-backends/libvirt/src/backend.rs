@@ -10,7 +10,7 @@ use banlieue_sdk::backend::{
 };
 
 use crate::client::{Client, blocking};
-use crate::{changes, inventory, machine};
+use crate::{inventory, machine, reconfigure};
 
 /// One libvirt host (one connection), shared by every machine of its Provider.
 #[derive(Debug)]
@@ -60,7 +60,7 @@ impl Backend for LibvirtBackend {
     /// The domain named `<namespace>.<name>` when banlieue's metadata is on it: a
     /// domain's name is unique on its host and derived from the object's namespace and
     /// name, so machines made before namespace and name were asked for are found too.
-    /// Applies the named fields with [`crate::changes::apply`] and reads the domain back.
+    /// Applies the named fields with [`crate::reconfigure::apply`] and reads the domain back.
     async fn apply_changes(
         &self,
         request: &MachineRequest,
@@ -68,7 +68,10 @@ impl Backend for LibvirtBackend {
     ) -> Result<MachineObservation, BackendError> {
         let request = request.clone();
         let fields = fields.to_vec();
-        blocking(&self.client, move |c| changes::apply(c, &request, &fields)).await
+        blocking(&self.client, move |c| {
+            reconfigure::apply(c, &request, &fields)
+        })
+        .await
     }
 
     async fn made_for(

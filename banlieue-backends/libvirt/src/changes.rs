@@ -1,7 +1,7 @@
-//! A domain that exists, resized: what it runs with, read back from libvirt (the
-//! live domain XML and the volumes' sizes), what its next boot uses (the persistent
-//! XML, when a change is written there and waits), and the libvirt calls that apply a
-//! change of the spec ([`plan`], pure, then [`apply`]).
+//! A domain that exists, resized, as pure decisions: the shape a domain's XML
+//! describes ([`parse_shape`], [`resources`]), and the steps that apply a change of
+//! the spec ([`plan`]). Reading a domain back is `read_back`'s, carrying the steps out
+//! `reconfigure`'s.
 //!
 //! The change table ([`change_table`]) lists only what this module does and a test on
 //! the real libvirtd + QEMU rig exercises; every other field is `Never` here.
@@ -11,16 +11,11 @@ use banlieue_sdk::api::infra::libvirt::LibvirtMachineSpec;
 use banlieue_sdk::api::resources::{
     ChangeMode, ChangeRule, DiskSize, MachineField, MachineResources,
 };
-use banlieue_sdk::backend::{BackendError, MachineObservation, MachineRequest};
-use virt::connect::Connect;
-use virt::domain::Domain;
+use banlieue_sdk::backend::BackendError;
 
-use crate::client::Client;
 use crate::domain::{
     Topology, VolumeRef, data_volume_name, interface_xml, macs, os_volume_name, volume_prefix,
 };
-use crate::error::{classify, is_not_found};
-use crate::machine::{check_uid, find, keyed, observe_domain, provider_id, spec_of};
 
 const KIB: u64 = 1024;
 const GIB: u64 = 1024 * 1024 * 1024;
@@ -698,188 +693,6 @@ fn topology_edit(
         ));
     }
     Ok((close..close, format!("  {topology}\n  ")))
-}
-
-fn field_of(step: &Step) -> &'static str {
-    match step {
-        Step::Vcpus { .. } => "cpus",
-        Step::Memory { .. } | Step::AttachMemory { .. } => "memoryMiB",
-        Step::Redefine { .. } => "cpus/memoryMiB/coresPerSocket",
-        Step::BlockResize { .. } | Step::VolumeResize { .. } => "disk size",
-        Step::AttachInterface { .. } => "networks",
-    }
-}
-
-fn run(conn: &Connect, dom: &Domain, step: &Step) -> Result<(), BackendError> {
-    use virt::sys;
-    let doing = format!("{}: {step:?}", field_of(step));
-    let scope = |live: bool| {
-        if live {
-            sys::VIR_DOMAIN_DEVICE_MODIFY_LIVE
-        } else {
-            sys::VIR_DOMAIN_DEVICE_MODIFY_CONFIG
-        }
-    };
-    let result = match step {
-        Step::Vcpus {
-            count,
-            live,
-            maximum,
-        } => {
-            let mut flags = if *live {
-                sys::VIR_DOMAIN_VCPU_LIVE
-            } else {
-                sys::VIR_DOMAIN_VCPU_CONFIG
-            };
-            if *maximum {
-                flags |= sys::VIR_DOMAIN_VCPU_MAXIMUM;
-            }
-            dom.set_vcpus_flags(*count, flags)
-        }
-        Step::Memory { kib, maximum } => {
-            let mut flags = sys::VIR_DOMAIN_MEM_CONFIG;
-            if *maximum {
-                flags |= sys::VIR_DOMAIN_MEM_MAXIMUM;
-            }
-            dom.set_memory_flags(*kib, flags)
-        }
-        Step::BlockResize { target, bytes } => {
-            dom.block_resize(target, *bytes, sys::VIR_DOMAIN_BLOCK_RESIZE_BYTES)
-        }
-        Step::VolumeResize { volume, bytes } => {
-            let vol = conn
-                .lookup_storage_pool_by_name(&volume.pool)
-                .and_then(|p| p.lookup_storage_vol_by_name(&volume.name));
-            vol.and_then(|v| v.resize(*bytes, 0))
-        }
-        Step::AttachInterface { xml, live } => dom.attach_device_flags(xml, scope(*live)),
-        Step::AttachMemory { kib } => dom.attach_device_flags(&dimm_xml(*kib), scope(true)),
-        Step::Redefine {
-            vcpus,
-            memory,
-            cores,
-        } => {
-            let xml = dom
-                .xml_desc(sys::VIR_DOMAIN_XML_INACTIVE)
-                .map_err(|e| classify("reading the domain's persistent definition", &e))?;
-            let xml = rewrite_persistent(&xml, *vcpus, *memory, *cores)
-                .map_err(|e| BackendError::transient("DomainUnreadable", e))?;
-            conn.define_domain_xml(&xml).map(|_| ())
-        }
-    };
-    result.map_err(|e| classify(&doing, &e))?;
-    tracing::info!(step = ?step, "applied a change to a libvirt domain");
-    Ok(())
-}
-
-fn shape_of(dom: &Domain, flags: u32) -> Result<DomainShape, BackendError> {
-    let xml = dom
-        .xml_desc(flags)
-        .map_err(|e| classify("reading the domain", &e))?;
-    parse_shape(&xml).map_err(|e| BackendError::transient("DomainUnreadable", e))
-}
-
-/// A volume's capacity in bytes (libvirt re-reads the image's header), `None` when
-/// the volume is gone.
-fn capacity(conn: &Connect, volume: &VolumeRef) -> Result<Option<u64>, BackendError> {
-    let pool = match conn.lookup_storage_pool_by_name(&volume.pool) {
-        Ok(p) => p,
-        Err(e) if is_not_found(&e) => return Ok(None),
-        Err(e) => return Err(classify("looking up a disk's pool", &e)),
-    };
-    let vol = match pool.lookup_storage_vol_by_name(&volume.name) {
-        Ok(v) => v,
-        Err(e) if is_not_found(&e) => return Ok(None),
-        Err(e) => return Err(classify("looking up a disk's volume", &e)),
-    };
-    vol.info()
-        .map(|i| Some(i.capacity))
-        .map_err(|e| classify(&format!("reading the size of {}", volume.name), &e))
-}
-
-/// The live and persistent shapes of `dom` and its volumes' capacities.
-pub(crate) struct ReadBack {
-    active: bool,
-    live: DomainShape,
-    config: DomainShape,
-    capacities: Vec<(VolumeRef, Option<u64>)>,
-}
-
-impl ReadBack {
-    pub(crate) fn read(conn: &Connect, dom: &Domain) -> Result<Self, BackendError> {
-        let active = dom.is_active().unwrap_or(false);
-        let live = shape_of(dom, 0)?;
-        let config = if active {
-            shape_of(dom, virt::sys::VIR_DOMAIN_XML_INACTIVE)?
-        } else {
-            live.clone()
-        };
-        let mut capacities = Vec::new();
-        for (_, volume) in live.disks.iter().chain(&config.disks) {
-            if !capacities.iter().any(|(v, _)| v == volume) {
-                capacities.push((volume.clone(), capacity(conn, volume)?));
-            }
-        }
-        Ok(Self {
-            active,
-            live,
-            config,
-            capacities,
-        })
-    }
-
-    fn capacity(&self, volume: &VolumeRef) -> Option<u64> {
-        self.capacities
-            .iter()
-            .find(|(v, _)| v == volume)
-            .and_then(|(_, c)| *c)
-    }
-
-    /// What the domain runs with, and what its next boot uses when that differs (a
-    /// change written to the persistent definition only). The firmware is the
-    /// persistent definition's: libvirt fills in the loader it picked in the live XML,
-    /// which says nothing about what was asked.
-    pub(crate) fn resources(&self, uid: &str) -> (MachineResources, Option<MachineResources>) {
-        let capacity = |v: &VolumeRef| self.capacity(v);
-        let mut running = resources(uid, &self.live, capacity);
-        running.firmware = Some(self.config.firmware);
-        let next = resources(uid, &self.config, capacity);
-        let next_boot = (self.active && next != running).then_some(next);
-        (running, next_boot)
-    }
-}
-
-/// Applies `fields` of the request's spec to its domain and reads it back.
-pub fn apply(
-    client: &Client,
-    request: &MachineRequest,
-    fields: &[MachineField],
-) -> Result<MachineObservation, BackendError> {
-    let spec = spec_of(request)?;
-    let id = &keyed(&request.identity)?;
-    check_uid(&id.uid)?;
-    let conn = client.conn()?;
-    let Some(dom) = find(&conn, &id.uid)? else {
-        return Err(BackendError::machine_missing(
-            &request
-                .identity
-                .provider_id
-                .clone()
-                .unwrap_or_else(|| provider_id(&id.uid)),
-            format!("libvirt host {}", conn.hostname().unwrap_or_default()),
-        ));
-    };
-    let read = ReadBack::read(&conn, &dom)?;
-    let now = Current {
-        active: read.active,
-        live: &read.live,
-        config: &read.config,
-        capacities: &read.capacities,
-    };
-    for step in plan(&id.uid, spec, &now, fields)? {
-        run(&conn, &dom, &step)?;
-    }
-    observe_domain(client, &conn, &dom, id)
 }
 
 #[cfg(test)]

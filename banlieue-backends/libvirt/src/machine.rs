@@ -14,61 +14,16 @@ use virt::domain::{Domain, DomainState};
 use virt::storage_pool::StoragePool;
 
 use crate::client::Client;
+use crate::disks::import::imported;
 use crate::domain::{
     DomainPlan, METADATA_NS, VolumeRef, data_volume_name, domain_name, domain_xml,
     metadata_element, os_volume_name, parse_defined, seed_volume_name, volume_prefix,
 };
 use crate::error::{classify, is_not_found};
-use crate::{changes, disks, inventory, seed, volumes};
-
-/// `libvirt://<domain UUID>` (the UUID is the UID of the infra object that created it).
-pub fn provider_id(uid: &str) -> String {
-    format!("libvirt://{uid}")
-}
-
-/// The identity the domain and its volumes carry. A domain's UUID cannot change, so
-/// once `spec.providerID` is set its UUID is the key: a moved or restored object (new
-/// UID, same providerID) finds the same domain and volumes. Before that, the UID.
-pub(crate) fn keyed(id: &MachineIdentity) -> Result<MachineIdentity, BackendError> {
-    Ok(match id.provider_id_for("libvirt")? {
-        Some(uuid) => MachineIdentity {
-            uid: uuid,
-            ..id.clone()
-        },
-        None => id.clone(),
-    })
-}
-
-/// libvirt wants a UUID; Kubernetes UIDs are UUIDs.
-pub(crate) fn check_uid(uid: &str) -> Result<(), BackendError> {
-    let ok = uid.len() == 36
-        && uid.char_indices().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => c == '-',
-            _ => c.is_ascii_hexdigit(),
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(BackendError::terminal(
-            "InvalidUID",
-            format!(
-                "the machine's UID {uid} is not a UUID, which libvirt needs as the domain UUID"
-            ),
-        ))
-    }
-}
-
-pub(crate) fn spec_of(request: &MachineRequest) -> Result<&LibvirtMachineSpec, BackendError> {
-    request.spec_as::<LibvirtMachineSpec>()
-}
-
-pub(crate) fn find(conn: &Connect, uid: &str) -> Result<Option<Domain>, BackendError> {
-    match conn.lookup_domain_by_uuid_string(uid) {
-        Ok(d) => Ok(Some(d)),
-        Err(e) if is_not_found(&e) => Ok(None),
-        Err(e) => Err(classify("looking up the domain", &e)),
-    }
-}
+pub use crate::lookup::provider_id;
+use crate::lookup::{check_uid, find, keyed, power_state, spec_of, state};
+use crate::read_back::ReadBack;
+use crate::{inventory, seed, volumes};
 
 /// The domain named after `id`'s namespace and name, when banlieue made it (its
 /// metadata carries a UID): see [`banlieue_sdk::backend::Backend::made_for`]. Deleting a
@@ -188,7 +143,7 @@ fn create(
     let pool = volumes::pool(conn, &spec.storage_pool)?;
     // Imported disks are the machine's whole state: never stand an image clone in.
     let (os_disk, data_disks) = if request.disks_imported {
-        disks::imported(conn, &id.uid, spec)?
+        imported(conn, &id.uid, spec)?
     } else {
         // Before any volume is made: the image must be a file where images may be.
         crate::paths::check_image(
@@ -265,25 +220,6 @@ fn from_image(
         });
     }
     Ok((os_disk, data_disks))
-}
-
-/// The domain's state now.
-pub(crate) fn state(dom: &Domain) -> Result<DomainState, BackendError> {
-    let (state, _) = dom
-        .state()
-        .map_err(|e| classify("reading the domain's state", &e))?;
-    Ok(Result::<DomainState, _>::from(state).unwrap_or(DomainState::NoState))
-}
-
-pub(crate) fn power_state(state: DomainState) -> Option<PowerState> {
-    match state {
-        DomainState::Running | DomainState::Blocked | DomainState::Shutdown => {
-            Some(PowerState::PoweredOn)
-        }
-        DomainState::Paused | DomainState::PMSuspended => Some(PowerState::Suspended),
-        DomainState::Shutoff | DomainState::Crashed => Some(PowerState::PoweredOff),
-        DomainState::NoState => None,
-    }
 }
 
 fn power(
@@ -411,7 +347,7 @@ pub(crate) fn observe_domain(
     id: &MachineIdentity,
 ) -> Result<MachineObservation, BackendError> {
     let now = state(dom)?;
-    let (resources, next_boot) = changes::ReadBack::read(conn, dom)?.resources(&id.uid);
+    let (resources, next_boot) = ReadBack::read(conn, dom)?.resources(&id.uid);
     let mut addrs: Vec<MachineAddress> = Vec::new();
     if dom.is_active().unwrap_or(false) {
         addrs.extend(addresses(dom).into_iter().map(|address| MachineAddress {

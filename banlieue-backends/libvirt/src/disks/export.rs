@@ -14,7 +14,7 @@ use super::chain::{self, Layer};
 use crate::client::Client;
 use crate::domain::{VolumeRef, os_volume_name, parse_defined, volume_prefix};
 use crate::error::classify;
-use crate::machine::{check_uid, find, keyed, power_state, state};
+use crate::lookup::{check_uid, find, keyed, power_state, state};
 use crate::{qemu_img, transfer, volumes};
 
 /// The disks a domain's volumes are, by the names [`StagedDisk::name`] uses: the OS

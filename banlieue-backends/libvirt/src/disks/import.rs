@@ -11,7 +11,7 @@ use virt::connect::Connect;
 
 use crate::client::Client;
 use crate::domain::{VolumeRef, data_volume_name, os_volume_name};
-use crate::machine::{check_uid, find, spec_of};
+use crate::lookup::{check_uid, find, spec_of};
 use crate::{transfer, volumes};
 
 /// Where the create path puts a machine's disks, by disk name: the OS disk, then
