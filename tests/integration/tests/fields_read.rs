@@ -47,11 +47,6 @@ const NOT_READ: &[(&str, &str, &str)] = &[
         "a statement, not a switch: admission requires true, and CopyDisk always stops the source before copying",
     ),
     (
-        "VMImage",
-        "architecture",
-        "not honoured yet: never checked against the Provider's hosts (issue 38)",
-    ),
-    (
         "ProxmoxMachine",
         "additionalDisks[].provisioning",
         "not honoured yet: PVE's storage decides (issue 38)",
