@@ -587,7 +587,8 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         use Architecture::{Amd64, Arm64};
-        let table: [(&[(&str, &str)], [Option<Architecture>; 2]); 5] = [
+        type Case<'a> = (&'a [(&'a str, &'a str)], [Option<Architecture>; 2]);
+        let table: [Case<'_>; 5] = [
             (&[], [Some(Amd64), Some(Amd64)]),
             (&[("architecture", "arm64")], [Some(Arm64), Some(Arm64)]),
             (
