@@ -12,7 +12,7 @@ use banlieue_sdk::api::common::PowerState;
 use banlieue_sdk::api::infra::{MachineAddress, MachineAddressType};
 use banlieue_sdk::api::{Provider, VMClass, VMImage, VirtualMachine};
 use banlieue_sdk::backend::{
-    BackendError, FailureDomainInventory, Inventory, MachineObservation, Pending,
+    Architecture, BackendError, FailureDomainInventory, Inventory, MachineObservation, Pending,
 };
 #[allow(unused_imports)] // backend_spec() comes from this trait
 use banlieue_sdk::contract::InfraMachineRead as _;
@@ -96,6 +96,13 @@ fn world() -> impl Strategy<Value = World> {
         any::<bool>(),
         // Mostly found, so that enough worlds get past scheduling.
         prop_oneof![4 => Just(Some(true)), 1 => Just(Some(false)), 1 => Just(None)],
+        // The hosts' architecture: mostly the image's (amd64), so that enough worlds
+        // get past scheduling; else another, or none reported.
+        prop_oneof![
+            4 => Just(Some(Architecture::Amd64)),
+            1 => Just(Some(Architecture::Arm64)),
+            1 => Just(None)
+        ],
     );
     (names, vm_bits, class_bits, provider_bits, inventory_bits).prop_map(
         |(
@@ -103,7 +110,7 @@ fn world() -> impl Strategy<Value = World> {
             (name, labels, power, mac, address),
             (cpus, memory, disk, cores),
             (class, kind, endpoint, settings),
-            (version, domains, bootstrap_secret, offered, image_found),
+            (version, domains, bootstrap_secret, offered, image_found, architecture),
         )| {
             let mut networks = json!([{"name": "eth0", "networkClass": network}]);
             if let Some(mac) = mac {
@@ -164,6 +171,7 @@ fn world() -> impl Strategy<Value = World> {
                     name,
                     labels,
                     resources: resources.clone(),
+                    architecture,
                     ..Default::default()
                 })
                 .collect();
@@ -171,6 +179,7 @@ fn world() -> impl Strategy<Value = World> {
                 labels: [("zone".to_string(), zone.clone())].into(),
                 name: zone,
                 resources,
+                architecture,
                 ..Default::default()
             };
             // Without it the VM's failure domain exists nowhere: unschedulable.

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use banlieue_sdk::backend::FailureDomainInventory;
+use banlieue_sdk::backend::{Architecture, FailureDomainInventory};
 
 /// Label with the host's CPU count.
 pub const CPUS_LABEL: &str = "banlieue.io/host-cpus";
@@ -51,6 +51,14 @@ pub fn bridges() -> BTreeSet<String> {
         .collect()
 }
 
+/// The architecture of this host's guests: the operator's own (the VMMs run here, and
+/// Cloud Hypervisor runs guests of its host's architecture only; the operator binary
+/// is built for the host it runs on, so the architecture it was compiled for is the
+/// host's).
+pub fn architecture() -> Option<Architecture> {
+    Architecture::from_machine(std::env::consts::ARCH)
+}
+
 /// The failure domain for this host, with the state directory as storage `local`.
 pub fn failure_domain(name: &str, state_dir: &Path) -> FailureDomainInventory {
     let labels = BTreeMap::from([
@@ -81,6 +89,7 @@ pub fn failure_domain(name: &str, state_dir: &Path) -> FailureDomainInventory {
         ]),
         resources,
         features: BTreeSet::new(),
+        architecture: architecture(),
     }
 }
 
@@ -95,6 +104,12 @@ mod tests {
         assert!(fd.labels[CPUS_LABEL].parse::<usize>().unwrap() >= 1);
         assert!(fd.labels[MEMORY_LABEL].parse::<u64>().unwrap() > 0);
         assert_eq!(fd.location["host"], "h1");
+        let expected = match std::env::consts::ARCH {
+            "x86_64" => Some(Architecture::Amd64),
+            "aarch64" => Some(Architecture::Arm64),
+            _ => None,
+        };
+        assert_eq!(fd.architecture, expected);
         assert!(!host_name().is_empty());
     }
 }

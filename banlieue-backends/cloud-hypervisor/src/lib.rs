@@ -98,6 +98,10 @@
 //! `banlieue.io/host-memory-mib`, location `host`, and resources `bridge` (the host's
 //! Linux bridges), `network` = `tap` (an unbridged tap is always possible) and
 //! `storage` = `local`. Network classes target `{bridge: br0}` or `{network: tap}`.
+//! Its architecture is the host's, the one the operator runs on (the VMMs are its
+//! children, and Cloud Hypervisor runs guests of its host's architecture only):
+//! `amd64` on x86_64, `arm64` on aarch64, none elsewhere
+//! ([`inventory::architecture`]).
 //!
 //! # Settings
 //!

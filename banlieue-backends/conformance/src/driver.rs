@@ -35,6 +35,25 @@ impl Effort {
     }
 }
 
+/// Calls `check` until it answers (transient errors retried within `patience`).
+pub(crate) async fn check(
+    backend: &dyn Backend,
+    patience: Duration,
+    effort: &mut Effort,
+) -> Result<banlieue_sdk::backend::Inventory, String> {
+    let deadline = Instant::now() + patience;
+    loop {
+        match backend.check().await {
+            Ok(inventory) => return Ok(inventory),
+            Err(e) if e.is_transient() && Instant::now() <= deadline => {
+                effort.transients += 1;
+                pause(e.retry_after).await;
+            }
+            Err(e) => return Err(format!("check: {e}")),
+        }
+    }
+}
+
 /// Calls `ensure` until the machine exists, nothing is in flight and it is at the
 /// power state `request` asks.
 pub(crate) async fn settle(

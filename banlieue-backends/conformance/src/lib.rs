@@ -7,6 +7,8 @@
 //! It drives the backend directly, as the controllers do (call, and come back when it
 //! answers `Pending` or a transient error), with no Kubernetes in between. In order:
 //!
+//! 0. **inventory**: `check` reports failure domains, each with its hosts'
+//!    architecture (the scheduler places no VM where none is reported);
 //! 1. **create**: `ensure` until the machine exists and runs;
 //! 2. **ensure again**: the same provider ID, one machine ([`Backend::made_for`]);
 //! 3. **found after a restart**: a new connection ([`Target::connect`]) finds it by UID;

@@ -75,6 +75,33 @@ fn row_plan(table: &[ChangeRule]) -> Vec<(MachineField, bool, ChangeMode)> {
         .collect()
 }
 
+/// Whether an inventory is one the scheduler can place on: at least one failure
+/// domain, each named and reporting its hosts' architecture. What it found, or what is
+/// missing.
+fn inventory_verdict(inventory: &banlieue_sdk::backend::Inventory) -> Result<String, String> {
+    if inventory.failure_domains.is_empty() {
+        return Err("check reports no failure domain".into());
+    }
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for fd in &inventory.failure_domains {
+        match (fd.name.is_empty(), fd.architecture) {
+            (true, _) => missing.push("a failure domain without a name".to_owned()),
+            (false, Some(arch)) => found.push(format!("{} {arch}", fd.name)),
+            (false, None) => missing.push(format!(
+                "failure domain {} reports no architecture (FailureDomainInventory::architecture): \
+                 no VM would be placed there",
+                fd.name
+            )),
+        }
+    }
+    if missing.is_empty() {
+        Ok(found.join(", "))
+    } else {
+        Err(missing.join("; "))
+    }
+}
+
 /// Runs every check against `target` and reports each. It never panics on the
 /// backend's behalf: see [`Report::assert_complete`] and [`Report::assert_passed`].
 /// Every machine it made is deleted at the end, whatever failed.
@@ -88,6 +115,17 @@ pub async fn run(target: &dyn Target) -> Report {
             return report;
         }
     };
+    // 0. What the backend reports: every failure domain with its hosts' architecture,
+    // without which the scheduler places no VM there.
+    let mut effort = Effort::default();
+    let inventory = driver::check(&*backend, patience, &mut effort)
+        .await
+        .and_then(|inventory| inventory_verdict(&inventory));
+    report.result(
+        "inventory",
+        inventory.map(|seen| format!("{seen}{}", effort.note())),
+    );
+
     let made = identity(&uid(), "made");
     let mut request = target.request(made.clone());
     request.identity = made.clone();
@@ -514,6 +552,36 @@ mod tests {
     use super::*;
     use MachineField as F;
     use banlieue_sdk::api::resources::ChangeMode as M;
+
+    #[test]
+    fn an_inventory_without_an_architecture_fails() {
+        use banlieue_sdk::backend::{Architecture, FailureDomainInventory, Inventory};
+        let fd = |name: &str, architecture| FailureDomainInventory {
+            name: name.into(),
+            architecture,
+            ..Default::default()
+        };
+        let of = |domains| Inventory {
+            version: "v".into(),
+            failure_domains: domains,
+        };
+        assert_eq!(
+            inventory_verdict(&of(vec![
+                fd("a", Some(Architecture::Amd64)),
+                fd("b", Some(Architecture::Arm64))
+            ])),
+            Ok("a amd64, b arm64".into())
+        );
+        let unreported =
+            inventory_verdict(&of(vec![fd("a", Some(Architecture::Amd64)), fd("b", None)]))
+                .unwrap_err();
+        assert!(
+            unreported.contains("failure domain b reports no architecture"),
+            "{unreported}"
+        );
+        assert!(inventory_verdict(&of(vec![])).is_err());
+        assert!(inventory_verdict(&of(vec![fd("", Some(Architecture::Amd64))])).is_err());
+    }
 
     #[test]
     fn uids_are_distinct_and_shaped_like_kubernetes_ones() {

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use banlieue_sdk::backend::{
-    BackendError, FailureDomainInventory, ImageLookup, ImageSourceSet, Inventory,
+    Architecture, BackendError, FailureDomainInventory, ImageLookup, ImageSourceSet, Inventory,
 };
 use virt::connect::Connect;
 
@@ -27,6 +27,32 @@ pub fn failure_domain_name(client: &Client, conn: &Connect) -> Result<String, Ba
             .hostname()
             .map_err(|e| classify("reading the host's name", &e)),
     }
+}
+
+/// The host's CPU architecture as libvirt's capabilities name it (`host/cpu/arch`,
+/// e.g. `x86_64`, `aarch64`), if the document has one.
+pub fn host_arch(capabilities_xml: &str) -> Option<String> {
+    let doc = roxmltree::Document::parse(capabilities_xml).ok()?;
+    let host = doc
+        .root_element()
+        .children()
+        .find(|n| n.has_tag_name("host"))?;
+    let cpu = host.children().find(|n| n.has_tag_name("cpu"))?;
+    let arch = cpu.children().find(|n| n.has_tag_name("arch"))?;
+    arch.text().map(|t| t.trim().to_owned())
+}
+
+/// The architecture of the guests this backend runs on a host whose capabilities say
+/// `host_arch`: amd64 on an `x86_64` host. The domains it defines are x86_64 ones
+/// (`<type arch='x86_64'>`, ACPI and APIC: see `domain.rs`), so on any other host
+/// (`aarch64` included) it reports none rather than its host's: reporting arm64 would
+/// have arm64 images placed into x86_64 domains, which would not boot, and reporting
+/// amd64 would run every guest emulated (TCG) without saying so. No image is placed
+/// on such a host until this backend defines domains of its architecture.
+pub fn guest_architecture(host_arch: Option<&str>) -> Option<Architecture> {
+    host_arch
+        .and_then(Architecture::from_machine)
+        .filter(|a| *a == Architecture::Amd64)
 }
 
 /// Connects and describes the host.
@@ -55,6 +81,10 @@ pub fn check(client: &Client) -> Result<Inventory, BackendError> {
         .filter_map(|n| n.name().ok())
         .collect::<BTreeSet<_>>();
     let domain_type = client.domain_type(&conn)?;
+    let capabilities = conn
+        .capabilities()
+        .map_err(|e| classify("reading the host's capabilities", &e))?;
+    let architecture = guest_architecture(host_arch(&capabilities).as_deref());
     let mut resources = BTreeMap::from([
         ("pool".to_string(), pools),
         ("network".to_string(), networks),
@@ -82,6 +112,7 @@ pub fn check(client: &Client) -> Result<Inventory, BackendError> {
             location: BTreeMap::from([("host".to_string(), hostname)]),
             resources,
             features,
+            architecture,
         }],
     })
 }
@@ -122,6 +153,38 @@ pub fn find_image(client: &Client, sources: &ImageSourceSet) -> Result<ImageLook
 
 #[cfg(test)]
 mod tests {
+    use banlieue_sdk::backend::Architecture;
+
+    /// The host part of `virsh capabilities` on an x86_64 and an aarch64 host.
+    fn caps(arch: &str) -> String {
+        format!(
+            "<capabilities>\n  <host>\n    <uuid>0</uuid>\n    <cpu>\n      <arch>{arch}</arch>\n      \
+             <model>qemu64</model>\n    </cpu>\n  </host>\n  <guest><os_type>hvm</os_type>\
+             <arch name='x86_64'><domain type='qemu'/></arch></guest>\n</capabilities>"
+        )
+    }
+
+    #[test]
+    fn the_hosts_architecture_from_its_capabilities() {
+        let table = [
+            (caps("x86_64"), Some("x86_64"), Some(Architecture::Amd64)),
+            // Domains are x86_64 ones: an aarch64 host reports none (see guest_architecture).
+            (caps("aarch64"), Some("aarch64"), None),
+            (caps("ppc64le"), Some("ppc64le"), None),
+            // A guest's arch is not the host's.
+            (
+                "<capabilities><host><cpu/></host><guest><arch name='x86_64'/></guest></capabilities>".into(),
+                None,
+                None,
+            ),
+            ("not xml".into(), None, None),
+        ];
+        for (xml, host, want) in table {
+            assert_eq!(super::host_arch(&xml).as_deref(), host, "{xml}");
+            assert_eq!(super::guest_architecture(host), want, "{xml}");
+        }
+    }
+
     #[test]
     fn versions_unpack() {
         assert_eq!(super::version_string(9_000_000), "9.0.0");

@@ -26,6 +26,15 @@
 //! | `maxConcurrentCreates` | `8` | machines created at once (`0`: no cap); the rest wait with `CreateQueued` (read by the operator) |
 //! | `imageDirectories` | the host's active `dir`/`fs`/`netfs` pools' directories | where on the host an image may be (comma list of absolute directories): the image must be a `file` volume there, not a machine's own `bnl-` volume, and (local daemon) resolve to a regular file there, else the machine is refused (`PathNotAllowed`) before any volume is made ([`paths`]) |
 //!
+//! # Inventory
+//!
+//! `check` reports the host as one failure domain (its active storage pools as
+//! resource `pool`, its networks as `network`, `kvm` as a feature when domains are
+//! KVM ones) and its architecture from the host capabilities (`host/cpu/arch`):
+//! `amd64` on an `x86_64` host. The domains this backend defines are x86_64 ones, so
+//! a host of another architecture (`aarch64` included) reports none, and no VM is
+//! placed there ([`inventory::guest_architecture`]).
+//!
 //! # Machines
 //!
 //! The domain's UUID is the infra object's UID and its `<metadata>` carries the UID,

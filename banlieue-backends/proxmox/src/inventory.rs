@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use banlieue_sdk::backend::{FailureDomainInventory, Inventory};
+use banlieue_sdk::backend::{Architecture, FailureDomainInventory, Inventory};
 use serde_json::Value;
 
 use crate::client::{Form, PveClient, PveError, encode};
@@ -89,6 +89,37 @@ pub fn bridges(network: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// CPU vendor IDs of x86-64 processors (CPUID leaf 0, spaces trimmed: Zhaoxin's is
+/// `  Shanghai  `), as `/proc/cpuinfo`'s `vendor_id` and so PVE's `cpuinfo.vendor`
+/// give them: only x86 hosts have one of these.
+const X86_VENDORS: [&str; 5] = [
+    "GenuineIntel",
+    "AuthenticAMD",
+    "HygonGenuine",
+    "CentaurHauls",
+    "Shanghai",
+];
+
+/// The node's architecture from `GET /nodes/{node}/status`: its running kernel's
+/// `current-kernel.machine` (`uname -m`, PVE 8.1 and later) when it names one, else an
+/// x86 CPU vendor in `cpuinfo.vendor` (older PVE sends no `current-kernel`; fakepve
+/// sends `machine: fake` and `vendor: GenuineIntel`). Proxmox VE itself is released
+/// for amd64 only, but a port or a fork may run elsewhere: what the node says is what
+/// counts, and a node that says nothing usable reports none (no VM is placed there).
+pub fn node_architecture(status: &Value) -> Option<Architecture> {
+    let machine = status
+        .pointer("/current-kernel/machine")
+        .and_then(Value::as_str)
+        .and_then(Architecture::from_machine);
+    machine.or_else(|| {
+        status
+            .pointer("/cpuinfo/vendor")
+            .and_then(Value::as_str)
+            .filter(|v| X86_VENDORS.contains(&v.trim()))
+            .map(|_| Architecture::Amd64)
+    })
+}
+
 /// One node's failure domain.
 pub fn failure_domain(
     node: &str,
@@ -96,6 +127,7 @@ pub fn failure_domain(
     storages: BTreeSet<String>,
     bridges: BTreeSet<String>,
     vlans: &BTreeSet<String>,
+    architecture: Option<Architecture>,
 ) -> FailureDomainInventory {
     let mut resources = BTreeMap::from([
         ("storage".to_string(), storages),
@@ -113,10 +145,11 @@ pub fn failure_domain(
         location: BTreeMap::from([(NODE_LOCATION.to_string(), node.to_string())]),
         resources,
         features: BTreeSet::new(),
+        architecture,
     }
 }
 
-/// Reads the whole inventory (1 + 2 + 2 × nodes requests).
+/// Reads the whole inventory (1 + 2 + 3 × nodes requests).
 pub async fn read(
     client: &PveClient,
     cluster_override: Option<&str>,
@@ -145,12 +178,16 @@ pub async fn read(
                 &Form::new().set("type", "any_bridge"),
             )
             .await?;
+        let status = client
+            .get(&format!("/nodes/{}/status", encode(node)), &none)
+            .await?;
         failure_domains.push(failure_domain(
             node,
             &cluster,
             image_storages(&storages),
             bridges(&network),
             vlans,
+            node_architecture(&status),
         ));
     }
     Ok(Inventory {
@@ -187,6 +224,48 @@ mod tests {
             bridges(&golden("node_network.json")),
             BTreeSet::from(["vmbr0".into()])
         );
+        // fakepve's kernel is `fake`; its CPU vendor is Intel's.
+        assert_eq!(
+            node_architecture(&golden("node_status.json")),
+            Some(Architecture::Amd64)
+        );
+    }
+
+    #[test]
+    fn a_nodes_architecture_is_what_it_says_or_none() {
+        use serde_json::json;
+        let status = |machine: Option<&str>, vendor: Option<&str>| {
+            let mut s = json!({"cpuinfo": {"model": "x", "cpus": 8}});
+            if let Some(m) = machine {
+                s["current-kernel"] = json!({"sysname": "Linux", "machine": m});
+            }
+            if let Some(v) = vendor {
+                s["cpuinfo"]["vendor"] = json!(v);
+            }
+            s
+        };
+        use Architecture::{Amd64, Arm64};
+        let table = [
+            // PVE 8.1+ on an Intel host, as it answers.
+            (Some("x86_64"), Some("GenuineIntel"), Some(Amd64)),
+            (Some("aarch64"), None, Some(Arm64)),
+            // The kernel wins over a vendor that contradicts it.
+            (Some("aarch64"), Some("GenuineIntel"), Some(Arm64)),
+            // PVE before 8.1: no current-kernel, the vendor tells x86.
+            (None, Some("AuthenticAMD"), Some(Amd64)),
+            (Some("fake"), Some("GenuineIntel"), Some(Amd64)),
+            // Nothing usable: none, never a guess.
+            (None, None, None),
+            (Some("riscv64"), None, None),
+            (None, Some("ARM"), None),
+        ];
+        for (machine, vendor, want) in table {
+            assert_eq!(
+                node_architecture(&status(machine, vendor)),
+                want,
+                "{machine:?} {vendor:?}"
+            );
+        }
     }
 
     #[test]
@@ -197,8 +276,10 @@ mod tests {
             BTreeSet::from(["local-lvm".into()]),
             BTreeSet::from(["vmbr0".into()]),
             &BTreeSet::from(["10".into()]),
+            Some(Architecture::Amd64),
         );
         assert_eq!(fd.name, "pve1");
+        assert_eq!(fd.architecture, Some(Architecture::Amd64));
         assert_eq!(fd.labels[ZONE_LABEL], "pve1");
         assert_eq!(fd.labels[CLUSTER_LABEL], "lab");
         assert_eq!(fd.location[NODE_LOCATION], "pve1");
@@ -211,6 +292,7 @@ mod tests {
             BTreeSet::new(),
             BTreeSet::new(),
             &BTreeSet::new(),
+            None,
         );
         assert!(!no_vlans.resources.contains_key("vlan"));
     }

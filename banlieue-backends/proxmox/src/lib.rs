@@ -109,7 +109,10 @@
 //! online node, named after the node, with labels `topology.kubernetes.io/zone=<node>`
 //! and `banlieue.io/proxmox-cluster=<cluster>`, location `node=<node>`, and resources
 //! `storage` (active storages taking VM images on that node), `bridge` (its Linux and
-//! OVS bridges) and, when the `vlans` setting lists any, `vlan`.
+//! OVS bridges) and, when the `vlans` setting lists any, `vlan`. Each node's
+//! architecture comes from `GET /nodes/{node}/status`: its kernel's
+//! `current-kernel.machine`, else an x86 `cpuinfo.vendor` (amd64), else none, and no
+//! VM is placed on that node ([`inventory::node_architecture`]).
 //!
 //! # Settings
 //!

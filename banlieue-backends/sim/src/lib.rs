@@ -81,6 +81,8 @@
 //! | `resources.<key>.<domain>` | comma list | `resources.<key>` | the same, for one failure domain |
 //! | `features` | comma list | none | features of every failure domain |
 //! | `features.<domain>` | comma list | `features` | features of one failure domain (replaces `features`) |
+//! | `architecture` | `amd64`, `arm64` or `none` | `amd64` | the architecture every failure domain's hosts report (`none`: report none, as a backend that does not know; no image is placed there) |
+//! | `architecture.<domain>` | `amd64`, `arm64` or `none` | `architecture` | the same, for one failure domain |
 //! | `version` | text | `banlieue-sim <crate version>` | the version `check` reports |
 //! | `machineKind` | text | none | read by the operator to choose the infrastructure kind it builds for this Provider; the simulator serves every kind and ignores it |
 //!

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
-use banlieue_sdk::backend::{BackendError, FailureDomainInventory};
+use banlieue_sdk::backend::{Architecture, BackendError, FailureDomainInventory};
 
 /// The label every simulated failure domain carries, with the domain's name as value.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -42,7 +42,7 @@ pub const MAX_FAILURE_DOMAINS: usize = 100;
 
 /// The keys accepted in `Provider.spec.settings`, for error messages.
 const KNOWN_KEYS: &str = "latency, failureRate, failureKinds, failureCalls, recordCalls, seed, capacity, failureDomains, \
-     features, features.<domain>, resources.<key>, resources.<key>.<domain>, version, machineKind, maxConcurrentCreates, capabilities.<name>";
+     features, features.<domain>, resources.<key>, resources.<key>.<domain>, architecture, architecture.<domain>, version, machineKind, maxConcurrentCreates, capabilities.<name>";
 
 /// What an injected fault does to the call it hits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -101,6 +101,10 @@ pub struct SimFailureDomain {
     pub resources: BTreeMap<String, BTreeSet<String>>,
     /// Features available here.
     pub features: BTreeSet<String>,
+    /// The architecture its simulated hosts report (`architecture`,
+    /// `architecture.<domain>`; `amd64` by default). `None` (the value `none`) plays a
+    /// backend that reports none, which the scheduler places no image on.
+    pub architecture: Option<Architecture>,
 }
 
 impl SimFailureDomain {
@@ -112,6 +116,7 @@ impl SimFailureDomain {
             location: BTreeMap::from([("host".to_string(), self.name.clone())]),
             resources: self.resources.clone(),
             features: self.features.clone(),
+            architecture: self.architecture,
         }
     }
 }
@@ -197,8 +202,13 @@ impl SimSettings {
                     Ok(())
                 }
                 // Read below, once the failure domains are known.
-                "failureDomains" | "features" => Ok(()),
-                k if k.starts_with("features.") || k.starts_with("resources.") => Ok(()),
+                "failureDomains" | "features" | "architecture" => Ok(()),
+                k if k.starts_with("features.")
+                    || k.starts_with("resources.")
+                    || k.starts_with("architecture.") =>
+                {
+                    Ok(())
+                }
                 // Read by the operator: narrows what the Provider publishes it can do.
                 k if k.starts_with("capabilities.") => Ok(()),
                 // Read by the operator: its cap on creates in flight (no cap by default).
@@ -293,6 +303,43 @@ impl SimSettings {
             }
         }
 
+        // Every domain's architecture, then a domain's own.
+        let mut architectures: Vec<(Option<&str>, &str, &String)> = settings
+            .iter()
+            .filter_map(|(key, raw)| {
+                let domain = match key.strip_prefix("architecture") {
+                    Some("") => None,
+                    Some(rest) => Some(rest.strip_prefix('.')?),
+                    None => return None,
+                };
+                Some((domain, key.as_str(), raw))
+            })
+            .collect();
+        architectures.sort_by_key(|(domain, _, _)| domain.is_some());
+        for (domain, key, raw) in architectures {
+            let architecture = match parse_architecture(raw.trim()) {
+                Ok(a) => a,
+                Err(e) => {
+                    errors.push(format!("settings.{key}: {e}"));
+                    continue;
+                }
+            };
+            match domain {
+                None => {
+                    for fd in &mut parsed.failure_domains {
+                        fd.architecture = architecture;
+                    }
+                }
+                Some(name) => match parsed.failure_domains.iter_mut().find(|d| d.name == name) {
+                    Some(fd) => fd.architecture = architecture,
+                    None => errors.push(format!(
+                        "settings.{key}: {name:?} is not one of the failure domains ({})",
+                        names.join(", ")
+                    )),
+                },
+            }
+        }
+
         if errors.is_empty() {
             Ok(parsed)
         } else {
@@ -343,6 +390,19 @@ fn default_domain(name: String) -> SimFailureDomain {
             })
             .collect(),
         features: BTreeSet::new(),
+        architecture: Some(Architecture::Amd64),
+    }
+}
+
+/// `amd64`, `arm64`, or `none` (no architecture reported).
+fn parse_architecture(value: &str) -> Result<Option<Architecture>, String> {
+    match value {
+        "amd64" => Ok(Some(Architecture::Amd64)),
+        "arm64" => Ok(Some(Architecture::Arm64)),
+        "none" => Ok(None),
+        _ => Err(format!(
+            "{value:?} is not an architecture; use amd64, arm64 or none (reports none)"
+        )),
     }
 }
 
@@ -514,6 +574,48 @@ mod tests {
         // The default seed is derived from the endpoint: stable, but different per endpoint.
         assert_eq!(s.seed, SimSettings::defaults("sim://test").seed);
         assert_ne!(s.seed, SimSettings::defaults("sim://other").seed);
+    }
+
+    #[test]
+    fn architectures_for_every_domain_then_one() {
+        let arch = |pairs: &[(&str, &str)]| {
+            parse(pairs)
+                .unwrap()
+                .failure_domains
+                .iter()
+                .map(|d| d.inventory().architecture)
+                .collect::<Vec<_>>()
+        };
+        use Architecture::{Amd64, Arm64};
+        type Case<'a> = (&'a [(&'a str, &'a str)], [Option<Architecture>; 2]);
+        let table: [Case<'_>; 5] = [
+            (&[], [Some(Amd64), Some(Amd64)]),
+            (&[("architecture", "arm64")], [Some(Arm64), Some(Arm64)]),
+            (
+                &[("architecture.sim-b", "arm64")],
+                [Some(Amd64), Some(Arm64)],
+            ),
+            (
+                &[("architecture", "arm64"), ("architecture.sim-a", "amd64")],
+                [Some(Amd64), Some(Arm64)],
+            ),
+            (&[("architecture.sim-a", " none ")], [None, Some(Amd64)]),
+        ];
+        for (pairs, want) in table {
+            assert_eq!(arch(pairs), want, "{pairs:?}");
+        }
+        let message = error(&[("architecture", "x86_64"), ("architecture.sim-c", "arm64")]);
+        assert!(
+            message.contains(
+                "settings.architecture: \"x86_64\" is not an architecture; use amd64, arm64 or none"
+            ),
+            "{message}"
+        );
+        assert!(
+            message.contains("settings.architecture.sim-c: \"sim-c\" is not one of the failure domains (sim-a, sim-b)"),
+            "{message}"
+        );
+        assert!(error(&[("architectures", "arm64")]).contains("unknown key"));
     }
 
     #[test]

@@ -233,6 +233,7 @@ fn requests() -> Vec<(&'static str, String)> {
                     "ClusterComputeResource",
                     "Datastore",
                     "Network",
+                    "HostSystem",
                 ],
                 true,
             ),
@@ -507,6 +508,13 @@ fn golden_inventory() {
         .map(|f| f.name.as_str())
         .collect();
     assert_eq!(names, ["DC0/DC0_C0", "DC0/DC0_C1"]);
+    // vcsim's hosts answer `vmnix-x86`, as ESXi on x86-64 does.
+    assert!(
+        inv.failure_domains
+            .iter()
+            .all(|f| f.architecture == Some(banlieue_sdk::backend::Architecture::Amd64)),
+        "{inv:?}"
+    );
     let c1 = topology.cluster("DC0", "DC0_C1").unwrap();
     assert_eq!(
         c1.resource_pool,

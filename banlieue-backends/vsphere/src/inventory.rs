@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use banlieue_sdk::backend::{FailureDomainInventory, Inventory};
+use banlieue_sdk::backend::{Architecture, FailureDomainInventory, Inventory};
 
 use crate::client::{MoRef, ObjectContent, PropertySpec, VimClient, VimError};
 
@@ -42,6 +42,9 @@ pub struct Cluster {
     pub datastores: BTreeMap<String, MoRef>,
     /// Names of the networks (port groups) its hosts reach.
     pub networks: BTreeMap<String, MoRef>,
+    /// Its hosts' architecture, when they all report the same one
+    /// ([`esx_architecture`]).
+    pub architecture: Option<Architecture>,
 }
 
 /// What [`read`] finds.
@@ -64,6 +67,37 @@ pub fn parse_failure_domain(name: &str) -> Option<(&str, &str)> {
         .filter(|(dc, c)| !dc.is_empty() && !c.is_empty())
 }
 
+/// The architecture of an ESXi host from its product's `osType`: `vmnix-x86` (ESXi on
+/// x86-64, every release) is amd64, `vmnix-arm64` (ESXi on Arm) arm64, anything else
+/// none. The vSphere API documents these values for `AboutInfo.osType`, and vcsim
+/// answers `vmnix-x86` as ESXi does; the CPU package's vendor and model name describe
+/// the processor rather than the hypervisor's architecture, so they are not read.
+pub fn esx_architecture(os_type: &str) -> Option<Architecture> {
+    match os_type {
+        "vmnix-x86" => Some(Architecture::Amd64),
+        "vmnix-arm64" => Some(Architecture::Arm64),
+        _ => None,
+    }
+}
+
+/// A cluster's architecture: its hosts' when every one reports the same, else none
+/// (no host, a host whose product says nothing usable, or hosts that disagree: a VM
+/// could land, or be moved by DRS, on any of them).
+pub fn cluster_architecture(
+    hosts: impl IntoIterator<Item = Option<Architecture>>,
+) -> Option<Architecture> {
+    let mut found = None;
+    for host in hosts {
+        match (found, host) {
+            (_, None) => return None,
+            (None, Some(a)) => found = Some(a),
+            (Some(seen), Some(a)) if seen != a => return None,
+            _ => {}
+        }
+    }
+    found
+}
+
 pub(crate) const PROPS: &[PropertySpec<'static>] = &[
     PropertySpec {
         kind: "Datacenter",
@@ -75,7 +109,18 @@ pub(crate) const PROPS: &[PropertySpec<'static>] = &[
     },
     PropertySpec {
         kind: "ClusterComputeResource",
-        paths: &["name", "parent", "resourcePool", "datastore", "network"],
+        paths: &[
+            "name",
+            "parent",
+            "resourcePool",
+            "datastore",
+            "network",
+            "host",
+        ],
+    },
+    PropertySpec {
+        kind: "HostSystem",
+        paths: &["summary.config.product.osType"],
     },
     PropertySpec {
         kind: "Datastore",
@@ -99,6 +144,7 @@ pub async fn read(client: &VimClient) -> Result<Topology, VimError> {
                 "ClusterComputeResource",
                 "Datastore",
                 "Network",
+                "HostSystem",
             ],
             PROPS,
         )
@@ -178,6 +224,12 @@ pub fn build(objects: &[ObjectContent]) -> Topology {
             resource_pool: o.moref("resourcePool"),
             datastores: named(o.morefs("datastore")),
             networks: named(o.morefs("network")),
+            architecture: cluster_architecture(o.morefs("host").iter().map(|h| {
+                by_ref
+                    .get(h)
+                    .and_then(|host| host.text("summary.config.product.osType"))
+                    .and_then(esx_architecture)
+            })),
         });
     }
     topology
@@ -237,6 +289,7 @@ impl Topology {
                         ),
                     ]),
                     features: BTreeSet::new(),
+                    architecture: c.architecture,
                 }
             })
             .collect();
@@ -272,6 +325,30 @@ mod tests {
         let n = failure_domain_name("DC0", "DC0_C1");
         assert_eq!(parse_failure_domain(&n), Some(("DC0", "DC0_C1")));
         assert_eq!(parse_failure_domain("nodc"), None);
+    }
+
+    #[test]
+    fn a_clusters_architecture_is_its_hosts_when_they_agree() {
+        use Architecture::{Amd64, Arm64};
+        assert_eq!(esx_architecture("vmnix-x86"), Some(Amd64));
+        assert_eq!(esx_architecture("vmnix-arm64"), Some(Arm64));
+        assert_eq!(esx_architecture("linux-x86"), None);
+        assert_eq!(esx_architecture(""), None);
+        let table: [(&[Option<Architecture>], Option<Architecture>); 6] = [
+            (&[Some(Amd64), Some(Amd64)], Some(Amd64)),
+            (&[Some(Arm64)], Some(Arm64)),
+            (&[], None),
+            (&[Some(Amd64), Some(Arm64)], None),
+            (&[Some(Amd64), None], None),
+            (&[None, Some(Amd64)], None),
+        ];
+        for (hosts, want) in table {
+            assert_eq!(
+                cluster_architecture(hosts.iter().copied()),
+                want,
+                "{hosts:?}"
+            );
+        }
     }
 
     #[test]

@@ -87,6 +87,9 @@
 //! (when they are valid label values), location `datacenter`, `cluster`, and resources
 //! `datastore` (the datastores the cluster mounts) and `portGroup` (the networks it
 //! reaches), which is what a VSphereCluster spanning several vCenters aggregates.
+//! Its architecture is its ESXi hosts' (`summary.config.product.osType`: `vmnix-x86`
+//! is amd64, `vmnix-arm64` arm64); a cluster whose hosts disagree, or that has no
+//! host, reports none, and no VM is placed there ([`inventory::esx_architecture`]).
 //!
 //! # Disk transfer (`migration.strategy: CopyDisk`)
 //!

@@ -11,6 +11,7 @@ use super::common::{
     BootstrapFormat, CaBundleSource, Condition, Firmware, LocalObjectReference, PowerState,
     ProviderClass,
 };
+use super::vm_image::Architecture;
 
 /// Desired state of a Provider.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
@@ -328,4 +329,10 @@ pub struct DiscoveredFailureDomain {
     /// Backend location details (datacenter, cluster, node, host).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub location: BTreeMap<String, String>,
+    /// CPU architecture of this failure domain's hosts (`amd64` or `arm64`), as its
+    /// backend reads it from the hypervisor. Only VMs whose VMImage has this
+    /// architecture are placed here; unset when the backend does not report it, and
+    /// then no VM is placed here at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<Architecture>,
 }

@@ -88,8 +88,22 @@ pub enum OsFamily {
     Other,
 }
 
-/// CPU architecture.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+/// CPU architecture: of an image, or of a failure domain's hosts (only images of
+/// theirs are placed there).
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum Architecture {
     /// x86-64.
@@ -97,6 +111,35 @@ pub enum Architecture {
     Amd64,
     /// AArch64.
     Arm64,
+}
+
+impl Architecture {
+    /// Its name in the API and in messages: `amd64` or `arm64`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Amd64 => "amd64",
+            Self::Arm64 => "arm64",
+        }
+    }
+
+    /// The architecture a machine name denotes, as `uname -m`, libvirt's capabilities
+    /// (`host/cpu/arch`), Rust's `std::env::consts::ARCH` or Go's `GOARCH` spell it:
+    /// `x86_64`/`amd64` and `aarch64`/`arm64`. `None` for any other name (32-bit x86
+    /// and ARM, `ppc64le`, `s390x`, `riscv64`, ...): an image is never placed on an
+    /// architecture banlieue does not know.
+    pub fn from_machine(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "x86_64" | "amd64" | "x86-64" => Some(Self::Amd64),
+            "aarch64" | "arm64" => Some(Self::Arm64),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Architecture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One source per backend class. Unset classes cannot run the image.
@@ -308,4 +351,35 @@ pub struct ImageAvailability {
     /// Details from the backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Architecture;
+
+    #[test]
+    fn machine_names_map_to_the_two_architectures_and_nothing_else() {
+        let table = [
+            ("x86_64", Some(Architecture::Amd64)),
+            ("amd64", Some(Architecture::Amd64)),
+            ("X86_64\n", Some(Architecture::Amd64)),
+            ("aarch64", Some(Architecture::Arm64)),
+            ("arm64", Some(Architecture::Arm64)),
+            ("i686", None),
+            ("armv7l", None),
+            ("ppc64le", None),
+            ("s390x", None),
+            ("riscv64", None),
+            ("", None),
+            ("fake", None),
+        ];
+        for (name, want) in table {
+            assert_eq!(Architecture::from_machine(name), want, "{name:?}");
+        }
+        assert_eq!(Architecture::Arm64.to_string(), "arm64");
+        assert_eq!(
+            serde_json::to_value(Architecture::Amd64).unwrap(),
+            Architecture::Amd64.as_str()
+        );
+    }
 }

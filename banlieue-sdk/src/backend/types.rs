@@ -12,6 +12,7 @@ use crate::api::infra::{
 pub use crate::api::resources::{
     ChangeMode, ChangePolicy, ChangeRule, DiskSize, MachineField, MachineResources,
 };
+pub use crate::api::vm_image::Architecture;
 use crate::api::vm_image::ImageSources;
 
 use super::{BackendError, SecretValue};
@@ -69,6 +70,18 @@ pub struct FailureDomainInventory {
     pub resources: BTreeMap<String, BTreeSet<String>>,
     /// Features available here, e.g. `nestedVirtualization`.
     pub features: BTreeSet<String>,
+    /// The CPU architecture of the guests this failure domain runs: its hosts'
+    /// architecture, read from the hypervisor (libvirt's host capabilities, the ESXi
+    /// hosts' product, the Proxmox node's kernel; [`Architecture::from_machine`] maps
+    /// the usual spellings). A VM is placed here only when its VMImage's
+    /// `spec.architecture` is this one.
+    ///
+    /// `None` (the default) when the backend does not know it, or when its hosts
+    /// disagree or run an architecture whose guests it cannot make: no VM is placed
+    /// here then, and the VM's `Scheduled` condition says the Provider does not report
+    /// its architecture. An out-of-tree backend that leaves it unset has no VM placed
+    /// on it: set it.
+    pub architecture: Option<Architecture>,
 }
 
 /// Which machine a request is about. The UID is the key: backends tag the VM with it

@@ -13,8 +13,8 @@
 //! - `providerRef` / `providerSelector` changed: the Provider must match them;
 //! - `failureDomainSelector` changed: the failure domain (its labels now) must match it;
 //! - `classRef` or `imageRef` changed: the Provider must be able to serve the new class
-//!   and image (a source for its class, the image found there, the firmware, formats,
-//!   storage classes and features the class asks);
+//!   and image (a source for its class, the image found there, hosts of its
+//!   architecture, the firmware, formats, storage classes and features the class asks);
 //! - anything else (anti-affinity, power state, networks, disks) never moves a VM.
 
 use std::collections::BTreeMap;
@@ -25,7 +25,9 @@ use crate::api::virtual_machine::{PlacementBasis, ScheduledPlacement};
 use crate::backend::capabilities;
 use crate::conditions;
 
-use super::{Input, domains_of, matches, namespace, offers, provider_matches, wants};
+use super::{
+    Input, architecture_fits, domains_of, matches, namespace, offers, provider_matches, wants,
+};
 
 /// `PlacementDrifted` reason: the Provider is being deleted.
 pub const PROVIDER_DELETING: &str = "ProviderDeleting";
@@ -316,7 +318,18 @@ fn serves(
     // A failure domain no longer reported is a drift of its own; what it offered is
     // not known any more.
     if let Some((domain, _)) = live {
-        missing.extend(offers(input, provider, domain.as_ref()).err());
+        // Hosts of another architecture are reported (a VM placed by an operator that
+        // did not check, or an image whose architecture was edited), and release a
+        // VM whose new image cannot run there. An architecture not reported keeps a
+        // machine that exists where it is without a word (Providers checked before
+        // upgrading report none until their next check); it releases a VM whose class
+        // or image changed, which the scheduler then places only where it is known.
+        let domain = domain.as_ref();
+        let unreported = domain.and_then(|d| d.architecture).is_none();
+        if !unreported || Changed::of(input).class_or_image {
+            missing.extend(architecture_fits(input, provider, domain).err());
+        }
+        missing.extend(offers(input, provider, domain).err());
     }
     if missing.is_empty() {
         Serves::Yes

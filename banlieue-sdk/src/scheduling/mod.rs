@@ -15,9 +15,11 @@
 //!    (and not be listed as lacking it in the image's status); publish in
 //!    `status.backendCapabilities` the VM's firmware, bootstrap format, power state
 //!    and image source kind, and grow `Live` what its class asks headroom for (see
-//!    [`wants`]); offer every storage and network class and feature the VM needs;
-//!    satisfy `Required` anti-affinity against placed siblings. A bootstrap format
-//!    the image does not declare fits nowhere.
+//!    [`wants`]); have hosts of the image's architecture in the failure domain (a
+//!    failure domain whose backend reports no architecture fits no image, see
+//!    [`ARCHITECTURE_MISMATCH`]); offer every storage and network class and feature
+//!    the VM needs; satisfy `Required` anti-affinity against placed siblings. A
+//!    bootstrap format the image does not declare fits nowhere.
 //! 3. **Best.** Among feasible candidates: fewest `Preferred` anti-affinity conflicts,
 //!    then fewest VMs already placed there (spread), then name order. Deterministic.
 
@@ -44,6 +46,13 @@ pub use selector::matches;
 /// something the VM asks (a firmware, a bootstrap format, a power state, an image
 /// source kind); the message names, per Provider, what is missing.
 pub const CAPABILITIES_MISSING: &str = "CapabilitiesMissing";
+
+/// `Scheduled`'s reason when every failure domain the placement allows was refused
+/// for its hosts' architecture: another architecture than the VMImage's
+/// `spec.architecture`, or none reported by the backend (never assumed). The message
+/// names the image's architecture and, per Provider and failure domain, what its
+/// hosts have.
+pub const ARCHITECTURE_MISMATCH: &str = "ArchitectureMismatch";
 
 /// Topology key whose value is the Provider's name.
 pub const PROVIDER_TOPOLOGY_KEY: &str = "banlieue.io/provider";
@@ -259,10 +268,16 @@ pub fn schedule(input: &Input<'_>) -> Decision {
     };
 
     let mut incapable = 0;
+    // Domains refused for their architecture, and for anything else but the
+    // failureDomainSelector (a domain the placement excludes was never a candidate):
+    // when the architecture is all that stood in the way, the reason says so.
+    let mut wrong_architecture = 0;
+    let mut refused_otherwise = 0;
     let providers = matching.len();
     for provider in matching {
         let name = provider.metadata.name.clone().unwrap_or_default();
         if let Err(why) = provider_usable(input, provider) {
+            refused_otherwise += 1;
             rejections.push(format!("{name}: {why}"));
             continue;
         }
@@ -270,18 +285,30 @@ pub fn schedule(input: &Input<'_>) -> Decision {
             capabilities::published(provider.status.as_ref()).missing(&wants(input, provider));
         if !missing.is_empty() {
             incapable += 1;
+            refused_otherwise += 1;
             rejections.push(format!("{name}: {}", missing.join("; ")));
             continue;
         }
         for (domain, topology) in domains_of(provider) {
             let fd_name = domain.map(|d| d.name.clone());
             let label = format!("{name}/{}", fd_name.as_deref().unwrap_or("-"));
-            if let Err(why) = domain_usable(input, provider, domain) {
+            if !in_selected_domain(input, domain) {
+                rejections.push(format!("{label}: does not match failureDomainSelector"));
+                continue;
+            }
+            if let Err(why) = architecture_fits(input, provider, domain) {
+                wrong_architecture += 1;
+                rejections.push(format!("{label}: {why}"));
+                continue;
+            }
+            if let Err(why) = offers(input, provider, domain) {
+                refused_otherwise += 1;
                 rejections.push(format!("{label}: {why}"));
                 continue;
             }
             let conflicts = anti_affinity_conflicts(input, &topology);
             if conflicts.required > 0 {
+                refused_otherwise += 1;
                 rejections.push(format!("{label}: violates required anti-affinity"));
                 continue;
             }
@@ -307,12 +334,15 @@ pub fn schedule(input: &Input<'_>) -> Decision {
         Some((_, target)) => Decision::Place(target),
         None => {
             rejections.sort();
+            let reason = if wrong_architecture > 0 && refused_otherwise == 0 {
+                ARCHITECTURE_MISMATCH
+            } else if incapable == providers {
+                CAPABILITIES_MISSING
+            } else {
+                "NoFeasibleProvider"
+            };
             Decision::Unschedulable {
-                reason: if incapable == providers {
-                    CAPABILITIES_MISSING
-                } else {
-                    "NoFeasibleProvider"
-                },
+                reason,
                 message: format!("no Provider fits: {}", rejections.join("; ")),
             }
         }
@@ -487,21 +517,39 @@ fn domains_of(
     }
 }
 
-fn domain_usable(
+/// Whether `domain` matches the VM's `failureDomainSelector` (every domain does when
+/// it has none).
+fn in_selected_domain(input: &Input<'_>, domain: Option<&DiscoveredFailureDomain>) -> bool {
+    let Some(selector) = &input.vm.spec.placement.failure_domain_selector else {
+        return true;
+    };
+    let empty = DiscoveredFailureDomain::default();
+    let fd = domain.unwrap_or(&empty);
+    let mut labels = fd.labels.clone();
+    labels.insert(FAILURE_DOMAIN_TOPOLOGY_KEY.into(), fd.name.clone());
+    matches(selector, &labels)
+}
+
+/// Why `input.image` cannot run in `domain` of `provider`, if it cannot: its hosts are
+/// of another architecture, or the backend does not say which (an unknown
+/// architecture is never taken for a match: the guest would not boot, or boot
+/// emulated). A Provider that reports no failure domain reports no architecture.
+fn architecture_fits(
     input: &Input<'_>,
     provider: &Provider,
     domain: Option<&DiscoveredFailureDomain>,
 ) -> Result<(), String> {
-    let empty = DiscoveredFailureDomain::default();
-    let fd = domain.unwrap_or(&empty);
-    if let Some(selector) = &input.vm.spec.placement.failure_domain_selector {
-        let mut labels = fd.labels.clone();
-        labels.insert(FAILURE_DOMAIN_TOPOLOGY_KEY.into(), fd.name.clone());
-        if !matches(selector, &labels) {
-            return Err("does not match failureDomainSelector".into());
-        }
+    let wanted = input.image.spec.architecture;
+    let image = input.image.metadata.name.as_deref().unwrap_or_default();
+    match domain.and_then(|d| d.architecture) {
+        Some(has) if has == wanted => Ok(()),
+        Some(has) => Err(format!("its hosts are {has}, VMImage {image} is {wanted}")),
+        None => Err(format!(
+            "Provider {} does not report its hosts' architecture (its backend sets none in \
+             its inventory), so no VMImage is placed there; VMImage {image} is {wanted}",
+            provider.metadata.name.as_deref().unwrap_or_default()
+        )),
     }
-    offers(input, provider, domain)
 }
 
 /// Whether `provider` offers, in `domain`, every storage class, network class and

@@ -13,7 +13,8 @@ use crate::api::virtual_machine::{
 };
 use crate::api::vm_class::OsDisk;
 use crate::api::vm_image::{
-    ImageAvailability, ImageSources, OsFamily, OsInfo, SimImageSource, VMImageSpec, VMImageStatus,
+    Architecture, ImageAvailability, ImageSources, OsFamily, OsInfo, SimImageSource, VMImageSpec,
+    VMImageStatus,
 };
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -40,6 +41,7 @@ fn fd(name: &str, zone: &str) -> DiscoveredFailureDomain {
         labels: labels(&[("zone", zone)]),
         storage_classes: vec!["fast".into()],
         network_classes: vec!["frontend".into()],
+        architecture: Some(Architecture::Amd64),
         ..Default::default()
     }
 }
@@ -1324,6 +1326,301 @@ mod binding_rules {
                 !matches!(decision, Decision::Place(_)),
                 "moved by {:?}: {:?}", edits, decision
             );
+        }
+    }
+}
+
+/// A VMImage's architecture is honoured: placed only in failure domains whose hosts
+/// have it, refused (naming the image's architecture and what each candidate has)
+/// everywhere else, and never where the backend does not say.
+mod architecture {
+    use super::*;
+
+    use Architecture::{Amd64, Arm64};
+
+    /// A sim Provider whose failure domains `a`, `b`, ... (zones `za`, `zb`, ...) have
+    /// hosts of the architectures given (`None`: not reported).
+    fn with_archs(name: &str, archs: &[Option<Architecture>]) -> Provider {
+        let domains = archs
+            .iter()
+            .enumerate()
+            .map(|(i, arch)| {
+                let letter = (b'a' + i as u8) as char;
+                let mut d = fd(&letter.to_string(), &format!("z{letter}"));
+                d.architecture = *arch;
+                d
+            })
+            .collect();
+        provider(name, ProviderClass::Sim, domains)
+    }
+
+    fn image_of(arch: Architecture, providers: &[Provider]) -> VMImage {
+        let mut image = image_on(providers);
+        image.spec.architecture = arch;
+        image
+    }
+
+    fn down(mut p: Provider) -> Provider {
+        p.status.as_mut().unwrap().conditions.clear();
+        p
+    }
+
+    /// The image's architecture, the Providers, the placement, and the answer: where
+    /// it lands, or the reason and phrases the message must hold.
+    #[test]
+    fn placed_only_where_the_hosts_have_the_images_architecture() {
+        type Case<'a> = (
+            &'a str,
+            Architecture,
+            Vec<Provider>,
+            Placement,
+            Result<&'a str, (&'a str, &'a [&'a str])>,
+        );
+        let pinned = |name: &str| Placement {
+            provider_ref: Some(LocalObjectReference::new(name)),
+            ..Default::default()
+        };
+        let zone = |z: &str| Placement {
+            failure_domain_selector: Some(LabelSelector {
+                match_labels: Some(labels(&[("zone", z)])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "amd64 on amd64",
+                Amd64,
+                vec![with_archs("p1", &[Some(Amd64), Some(Amd64)])],
+                Placement::default(),
+                Ok("p1/a"),
+            ),
+            (
+                "arm64 on amd64 only",
+                Arm64,
+                vec![with_archs("p1", &[Some(Amd64), Some(Amd64)])],
+                Placement::default(),
+                Err((
+                    ARCHITECTURE_MISMATCH,
+                    &[
+                        "p1/a: its hosts are amd64, VMImage img is arm64",
+                        "p1/b: its hosts are amd64, VMImage img is arm64",
+                    ],
+                )),
+            ),
+            (
+                "arm64 finds the one arm64 domain",
+                Arm64,
+                vec![
+                    with_archs("p1", &[Some(Amd64)]),
+                    with_archs("p2", &[Some(Amd64), Some(Arm64)]),
+                ],
+                Placement::default(),
+                Ok("p2/b"),
+            ),
+            (
+                "explicit providerRef to an amd64 Provider, arm64 elsewhere",
+                Arm64,
+                vec![
+                    with_archs("p1", &[Some(Amd64)]),
+                    with_archs("p2", &[Some(Arm64)]),
+                ],
+                pinned("p1"),
+                Err((
+                    ARCHITECTURE_MISMATCH,
+                    &["no Provider fits: p1/a: its hosts are amd64, VMImage img is arm64"],
+                )),
+            ),
+            (
+                "explicit failure domain of the other architecture",
+                Arm64,
+                vec![with_archs("p1", &[Some(Amd64), Some(Arm64)])],
+                zone("za"),
+                Err((
+                    ARCHITECTURE_MISMATCH,
+                    &[
+                        "p1/a: its hosts are amd64, VMImage img is arm64",
+                        "p1/b: does not match failureDomainSelector",
+                    ],
+                )),
+            ),
+            (
+                "a domain that reports no architecture fits no image, not even amd64",
+                Amd64,
+                vec![with_archs("p1", &[None])],
+                Placement::default(),
+                Err((
+                    ARCHITECTURE_MISMATCH,
+                    &["p1/a: Provider p1 does not report its hosts' architecture"],
+                )),
+            ),
+            (
+                "a Provider that reports no failure domain reports no architecture",
+                Amd64,
+                vec![with_archs("p1", &[])],
+                Placement::default(),
+                Err((
+                    ARCHITECTURE_MISMATCH,
+                    &["p1/-: Provider p1 does not report its hosts' architecture"],
+                )),
+            ),
+            (
+                "unreported next to reported: the reported one",
+                Amd64,
+                vec![with_archs("p1", &[None, Some(Amd64)])],
+                Placement::default(),
+                Ok("p1/b"),
+            ),
+            (
+                "another reason as well: not only the architecture",
+                Arm64,
+                vec![
+                    with_archs("p1", &[Some(Amd64)]),
+                    down(with_archs("p2", &[Some(Arm64)])),
+                ],
+                Placement::default(),
+                Err((
+                    "NoFeasibleProvider",
+                    &[
+                        "p1/a: its hosts are amd64, VMImage img is arm64",
+                        "p2: not Ready",
+                    ],
+                )),
+            ),
+        ];
+        for (case, arch, providers, placement, want) in cases {
+            let image = image_of(arch, &providers);
+            let got = decide_with(&vm("v", placement), &image, &providers, &[]);
+            match (got, want) {
+                (Decision::Place(t), Ok(at)) => assert_eq!(
+                    format!("{}/{}", t.provider, t.failure_domain.unwrap_or_default()),
+                    at,
+                    "{case}"
+                ),
+                (Decision::Unschedulable { reason, message }, Err((want_reason, phrases))) => {
+                    assert_eq!(reason, want_reason, "{case}: {message}");
+                    for phrase in phrases {
+                        assert!(
+                            message.contains(phrase),
+                            "{case}: {message:?} lacks {phrase:?}"
+                        );
+                    }
+                }
+                (got, want) => panic!("{case}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    /// A placed VM: its architecture is checked again as the rest of what it uses is.
+    #[test]
+    fn a_placed_vm_is_told_of_a_mismatch_and_moved_only_by_its_own_spec() {
+        let providers = vec![
+            with_archs("p1", &[Some(Amd64)]),
+            with_archs("p2", &[Some(Arm64)]),
+        ];
+        let amd = image_of(Amd64, &providers);
+        let placement = Placement {
+            provider_selector: Some(LabelSelector {
+                match_labels: Some(labels(&[("region", "east")])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let target = target_of(decide_with(
+            &vm("v", placement.clone()),
+            &amd,
+            &providers,
+            &[],
+        ));
+        assert_eq!(target.provider, "p1");
+        let v = placed(vm("v", placement), &target);
+        assert_eq!(decide_with(&v, &amd, &providers, &[]), KEEP);
+
+        // The Provider's status written before its backend reported architectures (an
+        // upgrade): the machine exists there, nothing to say.
+        let mut unreported = providers.clone();
+        unreported[0].status.as_mut().unwrap().failure_domains[0].architecture = None;
+        assert_eq!(decide_with(&v, &amd, &unreported, &[]), KEEP);
+
+        // The image edited to arm64 under a running VM: kept, and reported.
+        let edited = image_of(Arm64, &providers);
+        match decide_with(&v, &edited, &providers, &[]) {
+            Decision::Keep { drift: Some(d) } => {
+                assert_eq!(d.reason, CAPABILITIES_CHANGED);
+                assert!(
+                    d.message
+                        .contains("its hosts are amd64, VMImage img is arm64"),
+                    "{}",
+                    d.message
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+
+        // Its own imageRef changed to an arm64 image: it moves where arm64 runs ...
+        let mut new_image = v.clone();
+        new_image.spec.image_ref = LocalObjectReference::new("arm");
+        let mut arm = image_of(Arm64, &providers);
+        arm.metadata.name = Some("arm".into());
+        let moved = target_of(decide_with(&new_image, &arm, &providers, &[]));
+        assert_eq!(moved.provider, "p2");
+        // ... and nowhere when no host of the namespace has it, nor says.
+        match decide_with(&new_image, &arm, &unreported[..1], &[]) {
+            Decision::Unschedulable { reason, message } => {
+                assert_eq!(reason, ARCHITECTURE_MISMATCH, "{message}");
+                assert!(message.contains("does not report"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn arb_arch() -> impl Strategy<Value = Option<Architecture>> {
+        proptest::sample::select(vec![None, Some(Amd64), Some(Arm64)])
+    }
+
+    proptest! {
+        /// Whatever the Providers' hosts: placed exactly in a domain of the image's
+        /// architecture when there is one; otherwise refused as an architecture
+        /// mismatch naming every domain and what it has.
+        #[test]
+        fn never_placed_on_another_or_an_unknown_architecture(
+            archs in proptest::collection::vec(proptest::collection::vec(arb_arch(), 0..3), 1..4),
+            arm in any::<bool>(),
+        ) {
+            let providers: Vec<Provider> = archs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| with_archs(&format!("p{i}"), a))
+                .collect();
+            let wanted = if arm { Arm64 } else { Amd64 };
+            let image = image_of(wanted, &providers);
+            let fits = archs.iter().flatten().any(|a| *a == Some(wanted));
+            match decide_with(&vm("v", Placement::default()), &image, &providers, &[]) {
+                Decision::Place(t) => {
+                    let p = providers.iter().find(|p| p.metadata.name.as_deref() == Some(t.provider.as_str())).unwrap();
+                    let domain = p.status.as_ref().unwrap().failure_domains.iter()
+                        .find(|d| Some(&d.name) == t.failure_domain.as_ref()).unwrap();
+                    prop_assert_eq!(domain.architecture, Some(wanted));
+                }
+                Decision::Unschedulable { reason, message } => {
+                    prop_assert!(!fits, "{}", message);
+                    prop_assert_eq!(reason, ARCHITECTURE_MISMATCH);
+                    for (i, domains) in archs.iter().enumerate() {
+                        if domains.is_empty() {
+                            prop_assert!(message.contains(&format!("p{i}/-: Provider p{i} does not report")), "{}", message);
+                        }
+                        for (j, arch) in domains.iter().enumerate() {
+                            let label = format!("p{i}/{}: ", (b'a' + j as u8) as char);
+                            let has = match arch {
+                                Some(a) => format!("{label}its hosts are {a}, VMImage img is {wanted}"),
+                                None => format!("{label}Provider p{i} does not report its hosts' architecture"),
+                            };
+                            prop_assert!(message.contains(&has), "{} lacks {}", message, has);
+                        }
+                    }
+                }
+                Decision::Keep { .. } => prop_assert!(false, "never placed before"),
+            }
         }
     }
 }

@@ -139,6 +139,7 @@ fn failure_domains(spec: &ProviderSpec, inventory: &Inventory) -> Vec<Discovered
             .cloned()
             .collect(),
         location: fd.location.clone(),
+        architecture: fd.architecture,
     };
     if spec.failure_domains.is_empty() {
         return inventory.failure_domains.iter().map(discovered).collect();
@@ -229,9 +230,11 @@ mod tests {
             features: BTreeSet::from(["gpu".to_string(), "undeclared".to_string()]),
             ..Default::default()
         };
+        let mut a = fd("a", &["ssd"]);
+        a.architecture = Some(crate::api::vm_image::Architecture::Arm64);
         Inventory {
             version: "sim 1".into(),
-            failure_domains: vec![fd("a", &["ssd"]), fd("b", &["hdd"])],
+            failure_domains: vec![a, fd("b", &["hdd"])],
         }
     }
 
@@ -251,6 +254,11 @@ mod tests {
         );
         assert!(status.failure_domains[1].storage_classes.is_empty());
         assert_eq!(a.features, ["gpu"], "only declared features are published");
+        assert_eq!(
+            (a.architecture, status.failure_domains[1].architecture),
+            (Some(crate::api::vm_image::Architecture::Arm64), None),
+            "the architecture as the backend reports it, none when it reports none"
+        );
         assert!(conditions::is_true(&status.conditions, "Ready"));
         assert_eq!(status.version.as_deref(), Some("sim 1"));
     }
@@ -286,6 +294,11 @@ mod tests {
                 .get("zone")
                 .map(String::as_str),
             Some("1")
+        );
+        assert_eq!(
+            status.failure_domains[0].architecture,
+            Some(crate::api::vm_image::Architecture::Arm64),
+            "a declared domain carries what the backend found there"
         );
     }
 

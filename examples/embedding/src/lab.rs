@@ -16,7 +16,7 @@ use banlieue_sdk::api::infra::{MachineAddress, MachineAddressType};
 use banlieue_sdk::api::resources::{ChangeMode, ChangeRule, MachineField, MachineResources};
 use banlieue_sdk::async_trait;
 use banlieue_sdk::backend::{
-    Backend, BackendCapabilities, BackendError, BackendFactory, Connection, Deletion,
+    Architecture, Backend, BackendCapabilities, BackendError, BackendFactory, Connection, Deletion,
     FailureDomainInventory, ImageLookup, ImageSourceSet, Inventory, MachineIdentity,
     MachineObservation, MachineRequest, MachineSpec, MadeFor,
 };
@@ -144,6 +144,9 @@ impl Backend for Lab {
             version: "lab 1.0".into(),
             failure_domains: vec![FailureDomainInventory {
                 name: "lab".into(),
+                // The lab's hosts, as a real backend would read them from its API: a
+                // failure domain that reports no architecture gets no VM placed on it.
+                architecture: Some(Architecture::Amd64),
                 ..Default::default()
             }],
         })

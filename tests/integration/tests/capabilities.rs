@@ -5,26 +5,33 @@
 //! the simulator.
 //!
 //! Real apiserver + operator, fakepve (Proxmox) and the sim backend side by side;
-//! vcsim for the vSphere Secure Boot path.
+//! vcsim for the vSphere Secure Boot path. A VMImage's architecture against the hosts'
+//! (published per failure domain) on the sim and on the real libvirtd of the libvirt
+//! rig.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use banlieue_backend_libvirt::LibvirtFactory;
 use banlieue_backend_proxmox::ProxmoxFactory;
 use banlieue_backend_sim::SimFactory;
 use banlieue_backend_vsphere::VSphereFactory;
 use banlieue_integration_tests::apply;
 use banlieue_integration_tests::fakepve::FakePve;
 use banlieue_integration_tests::fixtures::sim_provider;
-use banlieue_integration_tests::operator::{Operator, wait_for};
+use banlieue_integration_tests::libvirt::{IMAGE_VOLUME, LibvirtRig, NETWORK, POOL};
+use banlieue_integration_tests::operator::{Operator, wait_for, wait_gone};
 use banlieue_integration_tests::vcsim::Vcsim;
 use banlieue_sdk::api::common::{BootstrapFormat, Firmware, PowerState, ProviderClass};
+use banlieue_sdk::api::infra::libvirt::LibvirtMachine;
 use banlieue_sdk::api::infra::proxmox::ProxmoxMachine;
 use banlieue_sdk::api::{Provider, VirtualMachine};
 use banlieue_sdk::backend::{
-    Backend, BackendRegistry, Connection, MachineIdentity, MachineRequest, MachineSpec, SecretValue,
+    Architecture, Backend, BackendRegistry, Connection, MachineIdentity, MachineRequest,
+    MachineSpec, SecretValue,
 };
 use banlieue_sdk::conditions;
+use banlieue_sdk::scheduling::ARCHITECTURE_MISMATCH;
 use banlieue_testenv::TestNamespace;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -628,4 +635,362 @@ async fn settle(backend: &dyn Backend, request: &MachineRequest, want: PowerStat
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("{want:?}: did not settle");
+}
+
+/// A class, and two images with a source for the sim and the libvirt rig: `<ns>-amd`
+/// (no `architecture`: amd64 by default) and `<ns>-arm` (arm64).
+fn arch_fixtures(ns: &TestNamespace) -> Vec<Value> {
+    let image = |name: &str, arch: Option<&str>| {
+        let mut spec = json!({"os": {"family": "linux", "distribution": "busybox", "version": "1"},
+                              "sources": {"sim": {"name": "busybox"},
+                                          "libvirt": {"volume": {"pool": POOL, "name": IMAGE_VOLUME}, "format": "qcow2"}}});
+        if let Some(arch) = arch {
+            spec["architecture"] = json!(arch);
+        }
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage",
+               "metadata": {"name": format!("{}-{name}", ns.name)}, "spec": spec})
+    };
+    vec![
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-tiny", ns.name)},
+               "spec": {"cpus": 1, "memoryMiB": 256, "firmware": "bios",
+                        "disk": {"sizeGiB": 1, "storageClass": "local"}}}),
+        image("amd", None),
+        image("arm", Some("arm64")),
+    ]
+}
+
+fn arch_vm(ns: &TestNamespace, name: &str, image: &str, network: &str, placement: Value) -> Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name},
+           "spec": {"classRef": {"name": format!("{}-tiny", ns.name)},
+                    "imageRef": {"name": format!("{}-{image}", ns.name)},
+                    "networks": [{"name": "eth0", "networkClass": network}],
+                    "placement": placement}})
+}
+
+/// The Provider `name` once Ready, with each failure domain's `(name, architecture)`.
+async fn architectures(ns: &TestNamespace, name: &str) -> Vec<(String, Option<Architecture>)> {
+    ready_provider(ns, name)
+        .await
+        .status
+        .unwrap()
+        .failure_domains
+        .into_iter()
+        .map(|fd| (fd.name, fd.architecture))
+        .collect()
+}
+
+/// Waits until `name`'s `Scheduled` is False for `ArchitectureMismatch` (it may first
+/// wait for the image to be checked), and returns the message.
+async fn refused_for_architecture(vms: &Api<VirtualMachine>, name: &str) -> String {
+    let refused = wait_for(vms, name, WAIT, |v| {
+        condition(v, "Scheduled")
+            .is_some_and(|(s, r, _)| s == "False" && r == ARCHITECTURE_MISMATCH)
+    })
+    .await;
+    assert!(!is_ready(&refused));
+    condition(&refused, "Scheduled").unwrap().2
+}
+
+fn placed_on(vm: &VirtualMachine) -> Option<(String, Option<String>)> {
+    let p = vm.status.as_ref()?.placement.as_ref()?;
+    Some((p.provider.clone(), p.failure_domain.clone()))
+}
+
+/// A VMImage's architecture, on the real apiserver with the simulator: each sim
+/// Provider publishes its hosts' architecture; an arm64 image on amd64 hosts (by
+/// selector, or pinned by `providerRef`) and an amd64 image pinned to a Provider that
+/// reports none are refused with `ArchitectureMismatch` naming the image's
+/// architecture and each domain's, and nothing is made for them (machines counted on
+/// the apiserver and in the simulator before and after); the amd64 image is placed;
+/// and the arm64 VM is placed as soon as a Provider with arm64 hosts appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_is_placed_only_on_hosts_of_its_architecture_on_the_sim() {
+    let ns = banlieue_testenv::namespace("arch-sim").await;
+    let endpoint = |p: &str| format!("sim://{}-{p}", ns.name);
+    let local = |mut p: Value| {
+        p["spec"]["capabilities"]["storageClasses"] =
+            json!([{"name": "local", "target": {"pool": "default"}}]);
+        p
+    };
+    let mut objects = vec![
+        local(sim_provider("sim-amd", &endpoint("amd"), json!({}))),
+        local(sim_provider(
+            "sim-none",
+            &endpoint("none"),
+            json!({"architecture": "none"}),
+        )),
+    ];
+    objects.extend(arch_fixtures(&ns));
+    for object in &objects {
+        apply(&ns.client, &ns.name, object).await.expect("fixture");
+    }
+    let mut registry = BackendRegistry::default();
+    let sim = Arc::new(SimFactory::new());
+    registry.register(ProviderClass::Sim, sim.clone());
+    let _operator = Operator::start_with_registry(
+        ns.client.clone(),
+        &ns.name,
+        registry,
+        sim.clone(),
+        Duration::from_secs(5),
+    );
+
+    let amd64 = Some(Architecture::Amd64);
+    assert_eq!(
+        architectures(&ns, "sim-amd").await,
+        [("sim-a".to_string(), amd64), ("sim-b".to_string(), amd64)],
+        "the simulator's default, published on the Provider"
+    );
+    assert_eq!(
+        architectures(&ns, "sim-none").await,
+        [("sim-a".to_string(), None), ("sim-b".to_string(), None)]
+    );
+
+    // The amd64 image first: placed on the amd64 Provider, and made there.
+    let vms: Api<VirtualMachine> = ns.api();
+    apply(
+        &ns.client,
+        &ns.name,
+        &arch_vm(&ns, "amd", "amd", "lan", json!({})),
+    )
+    .await
+    .unwrap();
+    let amd = wait_for(&vms, "amd", WAIT, is_ready).await;
+    assert_eq!(placed_on(&amd).map(|p| p.0), Some("sim-amd".into()));
+    let machines: Api<LibvirtMachine> = ns.api();
+    let counts = || async {
+        (
+            machines
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len(),
+            sim.machines(&endpoint("amd")).len(),
+            sim.machines(&endpoint("none")).len(),
+        )
+    };
+    let before = counts().await;
+    assert_eq!(before, (1, 1, 0));
+
+    // An arm64 image where no host is arm64: by selector, and pinned.
+    let image = format!("VMImage {}-arm is arm64", ns.name);
+    apply(
+        &ns.client,
+        &ns.name,
+        &arch_vm(&ns, "arm", "arm", "lan", json!({})),
+    )
+    .await
+    .unwrap();
+    let message = refused_for_architecture(&vms, "arm").await;
+    for phrase in [
+        format!("sim-amd/sim-a: its hosts are amd64, {image}"),
+        format!("sim-amd/sim-b: its hosts are amd64, {image}"),
+        "sim-none/sim-a: Provider sim-none does not report its hosts' architecture".to_string(),
+    ] {
+        assert!(message.contains(&phrase), "{message:?} lacks {phrase:?}");
+    }
+    apply(
+        &ns.client,
+        &ns.name,
+        &arch_vm(
+            &ns,
+            "arm-pinned",
+            "arm",
+            "lan",
+            json!({"providerRef": {"name": "sim-amd"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let message = refused_for_architecture(&vms, "arm-pinned").await;
+    assert!(
+        message.contains(&format!("sim-amd/sim-a: its hosts are amd64, {image}"))
+            && !message.contains("sim-none"),
+        "{message}"
+    );
+    // An unknown architecture never passes, not even for the default amd64.
+    apply(
+        &ns.client,
+        &ns.name,
+        &arch_vm(
+            &ns,
+            "amd-unknown",
+            "amd",
+            "lan",
+            json!({"providerRef": {"name": "sim-none"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let message = refused_for_architecture(&vms, "amd-unknown").await;
+    assert!(
+        message
+            .contains("sim-none/sim-b: Provider sim-none does not report its hosts' architecture")
+            && message.contains(&format!("VMImage {}-amd is amd64", ns.name)),
+        "{message}"
+    );
+
+    // Still refused a while later, and nothing was made for any of them.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for name in ["arm", "arm-pinned", "amd-unknown"] {
+        let v = vms.get(name).await.unwrap();
+        assert_eq!(
+            condition(&v, "Scheduled").map(|(s, r, _)| (s, r)),
+            Some(("False".into(), ARCHITECTURE_MISMATCH.into())),
+            "{name}"
+        );
+        assert_eq!(placed_on(&v), None, "{name}");
+    }
+    assert_eq!(
+        counts().await,
+        before,
+        "(LibvirtMachines, sim-amd's, sim-none's)"
+    );
+
+    // Hosts of its architecture appear: the arm64 VM goes there, the pinned one stays.
+    apply(
+        &ns.client,
+        &ns.name,
+        &local(sim_provider(
+            "sim-arm",
+            &endpoint("arm"),
+            json!({"architecture": "arm64"}),
+        )),
+    )
+    .await
+    .unwrap();
+    let arm = wait_for(&vms, "arm", WAIT, is_ready).await;
+    assert_eq!(placed_on(&arm).map(|p| p.0), Some("sim-arm".into()));
+    assert_eq!(sim.machines(&endpoint("arm")).len(), 1);
+    let pinned = vms.get("arm-pinned").await.unwrap();
+    assert_eq!(
+        condition(&pinned, "Scheduled").map(|(_, r, _)| r),
+        Some(ARCHITECTURE_MISMATCH.into())
+    );
+}
+
+/// The same on libvirt, against the real libvirtd: the host's architecture comes from
+/// its capabilities; an arm64 image is refused with `ArchitectureMismatch` and no
+/// domain, volume or LibvirtMachine is made; the amd64 image boots there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_libvirt_an_arm64_image_is_refused_and_an_amd64_one_boots() {
+    let Some(rig) = LibvirtRig::start() else {
+        return;
+    };
+    let ns = banlieue_testenv::namespace("arch-lv").await;
+    let mut objects = vec![
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "host"},
+        "spec": {
+            "class": "libvirt",
+            "connection": {"endpoint": rig.uri},
+            "capabilities": {
+                "storageClasses": [{"name": "local", "target": {"pool": POOL}}],
+                "networkClasses": [{"name": "isolated", "target": {"network": NETWORK}}]
+            },
+            "settings": {"domainType": "qemu", "pollInterval": "1s", "failureDomain": "rig-host"}
+        }}),
+    ];
+    objects.extend(arch_fixtures(&ns));
+    for object in &objects {
+        apply(&ns.client, &ns.name, object).await.expect("fixture");
+    }
+    let mut registry = BackendRegistry::default();
+    registry.register(ProviderClass::Libvirt, Arc::new(LibvirtFactory::new()));
+    let _operator = Operator::start_with_registry(
+        ns.client.clone(),
+        &ns.name,
+        registry,
+        Arc::new(SimFactory::new()),
+        Duration::from_secs(5),
+    );
+
+    // The rig's libvirtd runs on this machine: its capabilities' host/cpu/arch is ours.
+    let ours = if cfg!(target_arch = "x86_64") {
+        Some(Architecture::Amd64)
+    } else {
+        None // the backend's domains are x86_64 ones: other hosts report none
+    };
+    assert_eq!(
+        architectures(&ns, "host").await,
+        [("rig-host".to_string(), ours)]
+    );
+    assert_eq!(
+        ours,
+        Some(Architecture::Amd64),
+        "this test places an amd64 image: run it on an x86_64 host"
+    );
+
+    let machines: Api<LibvirtMachine> = ns.api();
+    let made = || async {
+        (
+            machines
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len(),
+            rig.domains().len(),
+            rig.volumes(),
+        )
+    };
+    let before = made().await;
+    assert_eq!((before.0, before.1), (0, 0));
+
+    let vms: Api<VirtualMachine> = ns.api();
+    apply(
+        &ns.client,
+        &ns.name,
+        &arch_vm(
+            &ns,
+            "arm",
+            "arm",
+            "isolated",
+            json!({"providerRef": {"name": "host"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let message = refused_for_architecture(&vms, "arm").await;
+    assert!(
+        message.contains(&format!(
+            "host/rig-host: its hosts are amd64, VMImage {}-arm is arm64",
+            ns.name
+        )),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        condition(&vms.get("arm").await.unwrap(), "Scheduled").map(|(_, r, _)| r),
+        Some(ARCHITECTURE_MISMATCH.into())
+    );
+    assert_eq!(
+        made().await,
+        before,
+        "no LibvirtMachine, domain or volume for the refused VM"
+    );
+
+    apply(
+        &ns.client,
+        &ns.name,
+        &arch_vm(
+            &ns,
+            "amd",
+            "amd",
+            "isolated",
+            json!({"providerRef": {"name": "host"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let amd = wait_for(&vms, "amd", Duration::from_secs(240), is_ready).await;
+    assert_eq!(
+        placed_on(&amd),
+        Some(("host".to_string(), Some("rig-host".to_string())))
+    );
+    let (machines_now, domains_now, _) = made().await;
+    assert_eq!((machines_now, domains_now), (1, 1), "the amd64 VM's alone");
+
+    vms.delete("amd", &Default::default()).await.unwrap();
+    wait_gone(&vms, "amd", Duration::from_secs(120)).await;
 }

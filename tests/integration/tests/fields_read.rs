@@ -46,11 +46,6 @@ const NOT_READ: &[(&str, &str, &str)] = &[
         "migration.stopSourceFirst",
         "a statement, not a switch: admission requires true, and CopyDisk always stops the source before copying",
     ),
-    (
-        "VMImage",
-        "architecture",
-        "not honoured yet: never checked against the Provider's hosts (issue 38)",
-    ),
 ];
 
 const CAPI_ENDPOINT: &str = "Cluster API's contract field: the control plane provider sets it and Cluster API reads it; banlieue only carries it";
