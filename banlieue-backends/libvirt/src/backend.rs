@@ -60,7 +60,7 @@ impl Backend for LibvirtBackend {
     /// The domain named `<namespace>.<name>` when banlieue's metadata is on it: a
     /// domain's name is unique on its host and derived from the object's namespace and
     /// name, so machines made before namespace and name were asked for are found too.
-    /// Applies the named fields with [`crate::reconfigure::apply`] and reads the domain back.
+    /// Applies the named fields with `reconfigure::apply` and reads the domain back.
     async fn apply_changes(
         &self,
         request: &MachineRequest,

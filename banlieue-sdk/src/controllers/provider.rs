@@ -498,7 +498,7 @@ mod plan_tests {
     fn events(plan: &Plan<ProviderStatus>) -> Vec<(EventType, String)> {
         plan.events
             .iter()
-            .map(|n| (n.type_.clone(), n.reason.clone()))
+            .map(|n| (n.type_, n.reason.clone()))
             .collect()
     }
 
