@@ -120,7 +120,10 @@ pub struct Capabilities {
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     #[schemars(length(max = 64))]
     pub network_classes: Vec<ClassMapping>,
-    /// Feature flags, e.g. `hotAddCPU`, `efiSecureBoot`, `nestedVirtualization`.
+    /// Features this Provider's hosts offer, as the administrator declares them (e.g.
+    /// `gpu`, `nestedVirtualization`): labels that `VMClass.requiredFeatures` is
+    /// matched against when a VM is placed, as node labels are. banlieue configures
+    /// nothing from them; a backend may publish more it detects itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Set)]
     #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]

@@ -83,7 +83,10 @@ pub struct VMClassSpec {
     pub firmware: Firmware,
     /// The OS disk. It is cloned from the image and grown to this size if smaller.
     pub disk: OsDisk,
-    /// Provider features a failure domain must offer, e.g. `nestedVirtualization`.
+    /// Features a failure domain must offer, e.g. `gpu` or `nestedVirtualization`: a
+    /// placement constraint, matched against the features a Provider declares (as a
+    /// node selector matches node labels). banlieue configures nothing on the VM from
+    /// them; what it does configure has fields of its own (`maxCPUs`, `firmware`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Set)]
     #[schemars(length(max = 32), inner(length(min = 1, max = 63)))]

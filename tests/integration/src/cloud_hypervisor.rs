@@ -93,8 +93,14 @@ impl ChRig {
         }
         let record = root.join("exchanges.jsonl");
         let binary = root.join("cloud-hypervisor");
+        // The wrapper is written under another name and copied into place by `cp`, so
+        // this process never holds the executable open for writing: a child another
+        // test thread forks meanwhile inherits every open descriptor until it execs,
+        // and executing a file still open for writing fails with ETXTBSY ("Text file
+        // busy", seen once in CI-like runs of the conformance suite).
+        let draft = root.join("cloud-hypervisor.draft");
         std::fs::write(
-            &binary,
+            &draft,
             format!(
                 "#!/bin/sh\nexec '{fake}' --record '{}' --guest-poweroff {} --guest-delay-ms 300 \"$@\"\n",
                 record.display(),
@@ -102,6 +108,12 @@ impl ChRig {
             ),
         )
         .expect("wrapper");
+        let copied = std::process::Command::new("cp")
+            .arg(&draft)
+            .arg(&binary)
+            .status()
+            .expect("cp the wrapper");
+        assert!(copied.success(), "cp the wrapper: {copied}");
         chmod_x(&binary);
         let kernel = root.join("vmlinux");
         std::fs::write(&kernel, b"not really a kernel").expect("kernel");

@@ -151,6 +151,17 @@ async fn trigger(
     reason: &str,
 ) -> (TestNamespace, Operator, String, String) {
     let (ns, operator, class, image) = world(prefix, providers, features).await;
+    // Every Provider Ready first: the VM is to be placed among all of them (on sim-a,
+    // the first by name), not on whichever finished its first check first.
+    let apis: Api<Provider> = ns.api();
+    for (name, ..) in providers {
+        wait_for(&apis, name, WAIT, |p: &Provider| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(&s.conditions, conditions::types::READY))
+        })
+        .await;
+    }
     let vms: Api<VirtualMachine> = ns.api();
     apply(&ns.client, &ns.name, &vm(&class, &image, placement))
         .await
