@@ -18,7 +18,7 @@ use banlieue_integration_tests::fixtures::sim_provider;
 use banlieue_integration_tests::operator::{Operator, wait_for};
 use banlieue_integration_tests::vcsim::Vcsim;
 use banlieue_sdk::api::common::{PowerState, ProviderClass};
-use banlieue_sdk::api::{Provider, VirtualMachine};
+use banlieue_sdk::api::{Provider, VMImage, VirtualMachine};
 use banlieue_sdk::backend::BackendRegistry;
 use banlieue_sdk::conditions;
 use banlieue_testenv::TestNamespace;
@@ -133,6 +133,23 @@ async fn drift_events(ns: &TestNamespace) -> Vec<Event> {
         .collect()
 }
 
+/// Waits until VMImage `image` is available on every one of `providers`: the scheduler
+/// places a VM only where its image is, so a VM applied before the image controller
+/// has looked on each would land on whichever answered first.
+async fn image_everywhere(ns: &TestNamespace, image: &str, providers: &[&str]) {
+    let images: Api<VMImage> = Api::all(ns.client.clone());
+    wait_for(&images, image, WAIT, |i: &VMImage| {
+        providers.iter().all(|name| {
+            i.status.as_ref().is_some_and(|s| {
+                s.providers
+                    .iter()
+                    .any(|r| r.namespace == ns.name && r.name == *name && r.available)
+            })
+        })
+    })
+    .await;
+}
+
 /// What a move would have done to a world: machines created, deleted, delete calls.
 fn moves(stats: &SimStats) -> (u64, u64, u64) {
     (stats.machines_created, stats.machines_deleted, stats.delete)
@@ -162,6 +179,8 @@ async fn trigger(
         })
         .await;
     }
+    let names: Vec<&str> = providers.iter().map(|(name, ..)| *name).collect();
+    image_everywhere(&ns, &image, &names).await;
     let vms: Api<VirtualMachine> = ns.api();
     apply(&ns.client, &ns.name, &vm(&class, &image, placement))
         .await
@@ -492,6 +511,7 @@ async fn a_vcenter_relabelled_keeps_its_vm_on_vcsim() {
         })
         .await;
     }
+    image_everywhere(&ns, &image, &["vc-a", "vc-b"]).await;
     let vms: Api<VirtualMachine> = ns.api();
     apply(
         &ns.client,
