@@ -133,10 +133,19 @@ async fn drift_events(ns: &TestNamespace) -> Vec<Event> {
         .collect()
 }
 
-/// Waits until VMImage `image` is available on every one of `providers`: the scheduler
-/// places a VM only where its image is, so a VM applied before the image controller
-/// has looked on each would land on whichever answered first.
-async fn image_everywhere(ns: &TestNamespace, image: &str, providers: &[&str]) {
+/// Waits until every one of `providers` is Ready and VMImage `image` is available on
+/// each: the scheduler places a VM only on a Ready Provider that has its image, so a VM
+/// applied sooner would land on whichever answered first, not where the test expects.
+async fn ready_for_placement(ns: &TestNamespace, image: &str, providers: &[&str]) {
+    let apis: Api<Provider> = ns.api();
+    for name in providers {
+        wait_for(&apis, name, WAIT, |p: &Provider| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(&s.conditions, conditions::types::READY))
+        })
+        .await;
+    }
     let images: Api<VMImage> = Api::all(ns.client.clone());
     wait_for(&images, image, WAIT, |i: &VMImage| {
         providers.iter().all(|name| {
@@ -168,19 +177,9 @@ async fn trigger(
     reason: &str,
 ) -> (TestNamespace, Operator, String, String) {
     let (ns, operator, class, image) = world(prefix, providers, features).await;
-    // Every Provider Ready first: the VM is to be placed among all of them (on sim-a,
-    // the first by name), not on whichever finished its first check first.
-    let apis: Api<Provider> = ns.api();
-    for (name, ..) in providers {
-        wait_for(&apis, name, WAIT, |p: &Provider| {
-            p.status
-                .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, conditions::types::READY))
-        })
-        .await;
-    }
+    // The VM is to be placed among all of them (on sim-a, the first by name).
     let names: Vec<&str> = providers.iter().map(|(name, ..)| *name).collect();
-    image_everywhere(&ns, &image, &names).await;
+    ready_for_placement(&ns, &image, &names).await;
     let vms: Api<VirtualMachine> = ns.api();
     apply(&ns.client, &ns.name, &vm(&class, &image, placement))
         .await
@@ -501,17 +500,8 @@ async fn a_vcenter_relabelled_keeps_its_vm_on_vcsim() {
         Arc::new(SimFactory::new()),
         Duration::from_secs(5),
     );
-    // Both Ready before the VM comes: it goes to vc-a (name order) only then.
-    let providers: Api<Provider> = ns.api();
-    for name in ["vc-a", "vc-b"] {
-        wait_for(&providers, name, WAIT, |p| {
-            p.status
-                .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
-        })
-        .await;
-    }
-    image_everywhere(&ns, &image, &["vc-a", "vc-b"]).await;
+    // Both ready for the VM before it comes: it goes to vc-a (name order) only then.
+    ready_for_placement(&ns, &image, &["vc-a", "vc-b"]).await;
     let vms: Api<VirtualMachine> = ns.api();
     apply(
         &ns.client,
